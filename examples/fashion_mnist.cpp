@@ -1,0 +1,183 @@
+// Fashion-MNIST on N workers: the models, optimiser, batch and flags of the PyTorch DDP peer
+// (../shared/peers/torch_ddp_peer.py), ending with one JSON line of the peer's keys.
+//
+//   fashion_mnist --workers 2 --model cnn --epochs 1
+
+#include <dtrain/dtrain.hpp>
+
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+namespace {
+
+const double process_start = dtrain::launch::process_start_unix();
+
+struct Options {
+  std::string model = "cnn";
+  int workers = 1, threads_per_worker = 1;
+  std::int64_t global_batch = 128, epochs = 1;
+  std::optional<std::int64_t> max_steps;
+  std::string data_dir = dtrain::data::FashionMnist::default_directory;
+  std::string storage_path = "dtrain_runs", name = "fashion_mnist";
+  std::uint64_t seed = 0;
+};
+
+constexpr const char* usage =
+    "usage: fashion_mnist [--model cnn|mlp] [--workers N] [--threads-per-worker N]\n"
+    "                     [--global-batch N] [--epochs N] [--max-steps N] [--data-dir DIR]\n"
+    "                     [--storage-path DIR] [--name NAME] [--seed N]\n";
+
+[[noreturn]] void usage_error(const std::string& why) {
+  std::cerr << "fashion_mnist: " << why << "\n" << usage;
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i], value;
+    if (flag == "--help" || flag == "-h") {
+      std::cout << usage;
+      std::exit(0);
+    }
+    if (auto eq = flag.find('='); eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    } else if (flag.rfind("--", 0) == 0) {
+      if (i + 1 >= argc) usage_error(flag + " needs a value");
+      value = argv[++i];
+    } else {
+      usage_error("unexpected argument '" + flag + "'");
+    }
+    auto integer = [&](long long min) {
+      try {
+        std::size_t used = 0;
+        const long long v = std::stoll(value, &used);
+        if (used != value.size() || v < min) throw std::invalid_argument(value);
+        return v;
+      } catch (const std::exception&) {
+        usage_error(flag + " needs an integer >= " + std::to_string(min) + ", got '" + value + "'");
+      }
+    };
+    if (flag == "--model") {
+      if (value != "cnn" && value != "mlp") usage_error("--model must be cnn or mlp, got '" + value + "'");
+      o.model = value;
+    } else if (flag == "--workers") o.workers = static_cast<int>(integer(1));
+    else if (flag == "--threads-per-worker") o.threads_per_worker = static_cast<int>(integer(1));
+    else if (flag == "--global-batch") o.global_batch = integer(1);
+    else if (flag == "--epochs") o.epochs = integer(1);
+    else if (flag == "--max-steps") o.max_steps = integer(1);
+    else if (flag == "--data-dir") o.data_dir = value;
+    else if (flag == "--storage-path") o.storage_path = value;
+    else if (flag == "--name") o.name = value;
+    else if (flag == "--seed") o.seed = static_cast<std::uint64_t>(integer(0));
+    else usage_error("unknown flag " + flag);
+  }
+  if (o.global_batch % o.workers != 0)
+    usage_error("--global-batch " + std::to_string(o.global_batch) + " must be divisible by --workers " +
+                std::to_string(o.workers));
+  return o;
+}
+
+// The peer's two models.
+torch::nn::Sequential make_model(const std::string& name) {
+  using namespace torch::nn;
+  if (name == "cnn")
+    return Sequential(Conv2d(Conv2dOptions(1, 32, 3).padding(1)), ReLU(), MaxPool2d(2),
+                      Conv2d(Conv2dOptions(32, 64, 3).padding(1)), ReLU(), MaxPool2d(2), Flatten(),
+                      Linear(64 * 7 * 7, 128), ReLU(), Dropout(0.25), Linear(128, 10));
+  return Sequential(Flatten(), Linear(28 * 28, 256), BatchNorm1d(256), ReLU(), Dropout(0.3), Linear(256, 10));
+}
+
+using Trainer = dtrain::Trainer<torch::nn::Sequential, dtrain::data::FashionMnist,
+                                dtrain::backend::gloo, dtrain::sampler::distributed<>,
+                                dtrain::strategy::ddp<>>;
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Options opt = parse(argc, argv);
+  const auto data = dtrain::data::FashionMnist::load(opt.data_dir);  // runs on every worker
+
+  Trainer trainer({.num_workers = opt.workers, .threads_per_worker = opt.threads_per_worker},
+                  {.storage_path = opt.storage_path, .name = opt.name});
+  const auto result = trainer.fit([&](Trainer::context& ctx) {
+    torch::manual_seed(opt.seed);
+    auto model = ctx.prepare_model(make_model(opt.model));
+    torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(1e-3));
+    const auto& train = data.train();
+
+    std::int64_t steps = 0, samples = 0;
+    double last_loss = std::nan(""), first_step_unix = 0;
+    model->train();
+    ctx.communicator().barrier();
+    const auto loop_start = std::chrono::steady_clock::now();
+    for (auto epoch : ctx.epochs(opt.epochs)) {
+      (void)epoch;
+      for (auto batch : ctx.shard(train, opt.global_batch)) {
+        adam.zero_grad();
+        auto loss = torch::nn::functional::cross_entropy(model->forward(batch.data), batch.target);
+        ctx.backward(loss);
+        ctx.step(adam);
+        if (++steps == 1) first_step_unix = dtrain::detail::unix_now();
+        samples += batch.target.size(0);
+        last_loss = loss.item<double>();
+        if (opt.max_steps && steps >= *opt.max_steps) break;
+      }
+      if (opt.max_steps && steps >= *opt.max_steps) break;
+    }
+    ctx.communicator().barrier();
+    const double loop_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
+    const double global_samples = ctx.all_reduce(static_cast<double>(samples), dtrain::reduce::sum);
+    const double final_loss = ctx.all_reduce(last_loss, dtrain::reduce::mean);
+
+    // Every rank evaluates its contiguous block of the test set; the counts add up exactly.
+    model->eval();
+    torch::NoGradGuard no_grad;
+    double correct = 0;
+    for (auto batch : ctx.shard<dtrain::sampler::sequential>(data.test(), 1000 * ctx.world_size()))
+      correct += model->forward(batch.data).argmax(1).eq(batch.target).sum().item<double>();
+    correct = ctx.all_reduce(correct, dtrain::reduce::sum);
+
+    ctx.report({{"steps", steps},
+                {"train_samples", static_cast<std::int64_t>(global_samples)},
+                {"train_loop_s", loop_s},
+                {"train_samples_per_s", global_samples / loop_s},
+                {"first_step_unix", first_step_unix},
+                {"final_train_loss", final_loss},
+                {"test_accuracy", correct / static_cast<double>(data.test().size())}});
+  });
+
+  // Only the driver gets here.
+  const auto& m = result.metrics;
+  // Rounded to `digits` decimals, as the peer rounds its figures.
+  auto round = [](double v, int digits) { const double s = std::pow(10.0, digits); return std::round(v * s) / s; };
+  nlohmann::json line = {
+      {"model", opt.model},
+      {"workers", opt.workers},
+      {"global_batch", opt.global_batch},
+      {"per_worker_batch", opt.global_batch / opt.workers},
+      {"threads_per_worker", opt.threads_per_worker},
+      {"epochs", opt.epochs},
+      {"steps", static_cast<std::int64_t>(m.at("steps").number())},
+      {"train_samples", static_cast<std::int64_t>(m.at("train_samples").number())},
+      {"train_loop_s", round(m.at("train_loop_s").number(), 3)},
+      {"train_samples_per_s", round(m.at("train_samples_per_s").number(), 1)},
+      {"startup_s", round(m.at("first_step_unix").number() - process_start, 3)},
+      {"final_train_loss", round(m.at("final_train_loss").number(), 5)},
+      {"test_accuracy", round(m.at("test_accuracy").number(), 4)},
+      {"run_dir", result.path.string()},
+      {"wall_s", round(dtrain::detail::unix_now() - process_start, 3)},
+  };
+  if (opt.max_steps) line["max_steps"] = *opt.max_steps;
+  std::cout << line.dump() << std::endl;
+  return 0;
+} catch (const dtrain::Error& e) {
+  std::cerr << "fashion_mnist: " << e.what() << "\n";
+  return 1;
+}

@@ -1,0 +1,29 @@
+#pragma once
+// dtrain: data-parallel training for LibTorch, configured at compile time. The umbrella header.
+
+#include <dtrain/version.hpp>
+#include <dtrain/error.hpp>
+#include <dtrain/config.hpp>
+#include <dtrain/metrics.hpp>
+#include <dtrain/result.hpp>
+
+#include <dtrain/policy/category.hpp>
+#include <dtrain/policy/resolve.hpp>
+#include <dtrain/backend/gloo.hpp>
+#include <dtrain/sampler/distributed.hpp>
+#include <dtrain/sampler/sequential.hpp>
+#include <dtrain/checkpointer/none.hpp>
+#include <dtrain/strategy/ddp.hpp>
+#include <dtrain/precision/fp32.hpp>
+#include <dtrain/precision/amp.hpp>
+
+#include <dtrain/data/dataset.hpp>
+#include <dtrain/data/fashion_mnist.hpp>
+#include <dtrain/data/shard.hpp>
+
+#include <dtrain/launch/environment.hpp>
+#include <dtrain/launch/process.hpp>
+#include <dtrain/launch/rendezvous.hpp>
+
+#include <dtrain/context.hpp>
+#include <dtrain/trainer.hpp>

@@ -1,0 +1,36 @@
+#pragma once
+// The exceptions dtrain throws. Every message says what was wrong and what to do about it.
+
+#include <stdexcept>
+#include <string>
+
+#include <dtrain/version.hpp>
+
+DTRAIN_NAMESPACE_BEGIN
+
+/// Base of every dtrain error.
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// A configuration that cannot work (num_workers < 1, a batch that does not divide, ...).
+struct ConfigError : Error {
+  using Error::Error;
+};
+
+/// A dataset that is missing or malformed; the message names the file and the problem.
+struct DataError : Error {
+  using Error::Error;
+};
+
+/// Workers that could not find each other: a port in use, a rank that never arrived.
+struct RendezvousError : Error {
+  using Error::Error;
+};
+
+/// A worker that threw, exited non-zero or died by a signal; the message names the rank and cause.
+struct WorkerError : Error {
+  using Error::Error;
+};
+
+DTRAIN_NAMESPACE_END

@@ -1,0 +1,113 @@
+#pragma once
+// Who this process is: the driver, or a worker placed by dtrain's driver, torchrun, Slurm or Open MPI.
+
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include <dtrain/error.hpp>
+
+DTRAIN_NAMESPACE_BEGIN
+
+namespace launch {
+
+/// A worker's place in the group, read from its launcher's environment variables.
+struct WorkerIdentity {
+  int rank = 0, world_size = 1;
+  int local_rank = 0, local_world_size = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  /// The rendezvous store is hosted by dtrain's driver; otherwise rank 0 hosts it (env://).
+  bool store_on_driver = false;
+  /// How many times dtrain's driver restarted the group before this one (0 for the first).
+  int attempt = 0;
+  /// "dtrain", "torchrun", "slurm" or "openmpi".
+  std::string launcher;
+};
+
+/// Environment variables dtrain's driver sets for its workers beside torchrun's.
+inline constexpr const char* env_store_on_driver = "DTRAIN_STORE_ON_DRIVER";
+inline constexpr const char* env_attempt = "DTRAIN_ATTEMPT";
+
+namespace detail {
+inline std::optional<std::string> env(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+inline int env_int(const char* name, int fallback, bool required = false) {
+  const auto v = env(name);
+  if (!v) {
+    if (required)
+      throw ConfigError(std::string("environment variable ") + name +
+                        " is not set; the launcher must set it for every worker");
+    return fallback;
+  }
+  try {
+    std::size_t used = 0;
+    const int n = std::stoi(*v, &used);
+    if (used != v->size()) throw std::invalid_argument(*v);
+    return n;
+  } catch (const std::exception&) {
+    throw ConfigError(std::string("environment variable ") + name + "=\"" + *v +
+                      "\" is not an integer");
+  }
+}
+}  // namespace detail
+
+/// The worker identity the environment describes, or nothing when this process is a driver.
+///
+/// Precedence: torchrun's variables (RANK, WORLD_SIZE, ..., also what dtrain's driver sets), then
+/// Slurm's (SLURM_PROCID inside an srun step), then Open MPI's (OMPI_COMM_WORLD_RANK). Under Slurm and
+/// Open MPI, MASTER_ADDR and MASTER_PORT must name the host and port where rank 0 hosts the store.
+inline std::optional<WorkerIdentity> detect_worker() {
+  using detail::env;
+  using detail::env_int;
+  WorkerIdentity w;
+  if (env("RANK")) {
+    w.rank = env_int("RANK", 0);
+    w.world_size = env_int("WORLD_SIZE", 1, true);
+    w.local_rank = env_int("LOCAL_RANK", w.rank);
+    w.local_world_size = env_int("LOCAL_WORLD_SIZE", w.world_size);
+    w.node_rank = env_int("GROUP_RANK", w.local_world_size ? w.rank / w.local_world_size : 0);
+    w.store_on_driver = env(env_store_on_driver).has_value();
+    w.attempt = env_int(env_attempt, env_int("TORCHELASTIC_RESTART_COUNT", 0));
+    w.launcher = w.store_on_driver ? "dtrain" : "torchrun";
+  } else if (env("SLURM_PROCID") && env("SLURM_STEP_NUM_TASKS")) {
+    w.rank = env_int("SLURM_PROCID", 0);
+    w.world_size = env_int("SLURM_STEP_NUM_TASKS", 1);
+    w.local_rank = env_int("SLURM_LOCALID", 0);
+    w.local_world_size = env_int("SLURM_STEP_TASKS_PER_NODE", env_int("SLURM_NTASKS_PER_NODE", 1));
+    w.node_rank = env_int("SLURM_NODEID", 0);
+    w.launcher = "slurm";
+  } else if (env("OMPI_COMM_WORLD_RANK")) {
+    w.rank = env_int("OMPI_COMM_WORLD_RANK", 0);
+    w.world_size = env_int("OMPI_COMM_WORLD_SIZE", 1, true);
+    w.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
+    w.local_world_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
+    w.node_rank = w.local_world_size ? w.rank / w.local_world_size : 0;
+    w.launcher = "openmpi";
+  } else {
+    return std::nullopt;
+  }
+  if (w.world_size < 1 || w.rank < 0 || w.rank >= w.world_size)
+    throw ConfigError("launcher variables give rank " + std::to_string(w.rank) + " of world size " +
+                      std::to_string(w.world_size) + "; the rank must be in [0, world size)");
+  const bool external = w.launcher == "slurm" || w.launcher == "openmpi";
+  const auto addr = env("MASTER_ADDR");
+  if (!addr && external && w.world_size > 1)
+    throw ConfigError("running under " + w.launcher +
+                      " without MASTER_ADDR: export MASTER_ADDR (the first node's address) and "
+                      "MASTER_PORT (a free port there) to every task");
+  w.master_addr = addr.value_or("127.0.0.1");
+  w.master_port = env_int("MASTER_PORT", 29500, w.world_size > 1 && !external && !w.store_on_driver);
+  if (w.master_port < 1 || w.master_port > 65535)
+    throw ConfigError("MASTER_PORT=" + std::to_string(w.master_port) + " is not a TCP port (1-65535)");
+  return w;
+}
+
+}  // namespace launch
+
+DTRAIN_NAMESPACE_END

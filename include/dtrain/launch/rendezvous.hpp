@@ -1,0 +1,92 @@
+#pragma once
+// Rendezvous over c10d's TCPStore: the driver (or rank 0) hosts it; every worker announces itself
+// and waits for the rest, with a deadline and an error that names the ranks that never came.
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <dtrain/error.hpp>
+#include <dtrain/launch/environment.hpp>
+
+DTRAIN_NAMESPACE_BEGIN
+
+namespace launch {
+
+inline std::vector<std::uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
+inline std::string to_string(const std::vector<std::uint8_t>& b) { return {b.begin(), b.end()}; }
+
+/// The store keys of one attempt (a restart gets fresh keys).
+inline std::string key(int attempt, const std::string& name) {
+  return "dtrain/" + std::to_string(attempt) + "/" + name;
+}
+
+/// Hosts a TCPStore on `port` (0: a free port the kernel picks). Throws RendezvousError when the
+/// port cannot be listened on, naming it.
+inline c10::intrusive_ptr<c10d::TCPStore> host_store(const std::string& addr, int port,
+                                                     std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<std::uint16_t>(port);
+  o.isServer = true;
+  o.waitWorkers = false;
+  o.timeout = timeout;
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(addr, o);
+  } catch (const std::exception& e) {
+    throw RendezvousError("cannot host the rendezvous store on port " + std::to_string(port) +
+                          ": the port is in use or not ours to take (" + std::string(e.what()).substr(0, 300) +
+                          "). Choose another MASTER_PORT, or unset it and dtrain picks a free port.");
+  }
+}
+
+/// The store this worker uses: a client of the driver's, or under an external launcher hosted by
+/// rank 0 at MASTER_ADDR:MASTER_PORT as torch's env:// does.
+inline c10::intrusive_ptr<c10d::Store> connect_store(const WorkerIdentity& w,
+                                                     std::chrono::milliseconds timeout) {
+  if (!w.store_on_driver && w.rank == 0) return host_store(w.master_addr, w.master_port, timeout);
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<std::uint16_t>(w.master_port);
+  o.isServer = false;
+  o.waitWorkers = false;
+  o.timeout = timeout;
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(w.master_addr, o);
+  } catch (const std::exception& e) {
+    throw RendezvousError("rank " + std::to_string(w.rank) + " could not reach the rendezvous store at " +
+                          w.master_addr + ":" + std::to_string(w.master_port) + " within " +
+                          std::to_string(timeout.count()) + " ms (" + std::string(e.what()).substr(0, 300) +
+                          "); check MASTER_ADDR and MASTER_PORT and that rank 0 is running");
+  }
+}
+
+/// Announces this rank and waits until all `world_size` ranks have, or throws RendezvousError naming
+/// the ranks that did not arrive within `timeout`.
+inline void rendezvous(c10d::Store& store, const WorkerIdentity& w, std::chrono::milliseconds timeout) {
+  store.set(key(w.attempt, "arrived/" + std::to_string(w.rank)), to_bytes("1"));
+  store.add(key(w.attempt, "arrived"), 1);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto pause = std::chrono::microseconds(200);
+  while (store.add(key(w.attempt, "arrived"), 0) < w.world_size) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::string missing;
+      for (int r = 0; r < w.world_size; ++r)
+        if (!store.check({key(w.attempt, "arrived/" + std::to_string(r))}))
+          missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      throw RendezvousError("rendezvous incomplete after " + std::to_string(timeout.count()) +
+                            " ms: rank(s) " + missing + " of world size " +
+                            std::to_string(w.world_size) +
+                            " never arrived; check that every worker was started and reaches "
+                            "fit(), or raise RunConfig::rendezvous_timeout");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(20000));
+  }
+}
+
+}  // namespace launch
+
+DTRAIN_NAMESPACE_END

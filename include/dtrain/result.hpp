@@ -1,0 +1,113 @@
+#pragma once
+// Result: what fit() returns to the driver, built from what rank 0 persisted.
+
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <dtrain/error.hpp>
+#include <dtrain/metrics.hpp>
+
+DTRAIN_NAMESPACE_BEGIN
+
+/// Every report() of rank 0, in order: a table whose rows are Metrics and whose columns are the
+/// union of their names.
+class MetricsHistory {
+ public:
+  MetricsHistory() = default;
+  explicit MetricsHistory(std::vector<Metrics> rows) : rows_(std::move(rows)) {}
+
+  const std::vector<Metrics>& rows() const { return rows_; }
+  std::size_t size() const { return rows_.size(); }
+  bool empty() const { return rows_.empty(); }
+  const Metrics& operator[](std::size_t i) const { return rows_.at(i); }
+  void push_back(Metrics m) { rows_.push_back(std::move(m)); }
+
+  /// Column names, sorted, the union over all rows.
+  std::vector<std::string> columns() const {
+    std::set<std::string> names;
+    for (const auto& r : rows_)
+      for (const auto& [k, v] : r) names.insert(k);
+    return {names.begin(), names.end()};
+  }
+
+  /// One column as numbers; rows without it give NaN.
+  std::vector<double> column(std::string_view name) const {
+    std::vector<double> out;
+    out.reserve(rows_.size());
+    for (const auto& r : rows_) {
+      auto it = r.find(name);
+      out.push_back(it == r.end() || !it->second.is_number() ? std::numeric_limits<double>::quiet_NaN()
+                                                            : it->second.number());
+    }
+    return out;
+  }
+
+  /// Reads a JSON Lines file written by append_jsonl; a missing file is an empty history.
+  static MetricsHistory read_jsonl(const std::filesystem::path& path) {
+    MetricsHistory h;
+    std::ifstream in(path);
+    std::string line;
+    for (std::size_t n = 1; std::getline(in, line); ++n) {
+      if (line.empty()) continue;
+      try {
+        h.rows_.push_back(nlohmann::json::parse(line).get<Metrics>());
+      } catch (const nlohmann::json::exception& e) {
+        throw Error(path.string() + ":" + std::to_string(n) + ": not a metrics row (" + e.what() + ")");
+      }
+    }
+    return h;
+  }
+
+  static void append_jsonl(const std::filesystem::path& path, const Metrics& row) {
+    std::ofstream out(path, std::ios::app);
+    out << nlohmann::json(row).dump() << '\n';
+    if (!out) throw Error(path.string() + ": cannot append a metrics row (disk full or read-only?)");
+  }
+
+  /// Writes the table as CSV: a header of columns(), then one line per row, empty where a row lacks
+  /// a column. Text is quoted when it holds a comma, a quote or a line break.
+  void write_csv(const std::filesystem::path& path) const {
+    const auto cols = columns();
+    std::ofstream out(path, std::ios::trunc);
+    auto quoted = [](const std::string& s) {
+      if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+      std::string q = "\"";
+      for (char c : s) q += (c == '"' ? std::string("\"\"") : std::string(1, c));
+      return q + "\"";
+    };
+    for (std::size_t i = 0; i < cols.size(); ++i) out << (i ? "," : "") << quoted(cols[i]);
+    out << '\n';
+    for (const auto& r : rows_) {
+      for (std::size_t i = 0; i < cols.size(); ++i) {
+        if (i) out << ',';
+        if (auto it = r.find(cols[i]); it != r.end()) out << quoted(it->second.text());
+      }
+      out << '\n';
+    }
+    if (!out) throw Error(path.string() + ": cannot write the metrics table");
+  }
+
+ private:
+  std::vector<Metrics> rows_;
+};
+
+/// The outcome of Trainer::fit(), in the driver.
+struct Result {
+  /// The last metrics rank 0 reported (empty if it never reported).
+  Metrics metrics;
+  /// Every report of rank 0, in order; also written to `path / "metrics.csv"` and
+  /// `path / "metrics.jsonl"`.
+  MetricsHistory metrics_history;
+  /// storage_path / name: where this run's files are.
+  std::filesystem::path path;
+  /// How many times the worker group was restarted after a failure.
+  int restarts = 0;
+};
+
+DTRAIN_NAMESPACE_END

@@ -1,0 +1,272 @@
+#pragma once
+// strategy::ddp<>: data parallelism with bucketed gradient allreduce overlapped with backward.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <dtrain/backend/gloo.hpp>
+#include <dtrain/policy/category.hpp>
+
+DTRAIN_NAMESPACE_BEGIN
+
+namespace strategy {
+
+/// The first bucket is small so that its allreduce starts early in backward (PyTorch's value).
+inline constexpr std::int64_t kDefaultFirstBucketBytes = std::int64_t{1} << 20;
+/// Later buckets are large so that each collective's fixed cost is amortised (PyTorch's value).
+inline constexpr std::int64_t kDefaultBucketBytesCap = std::int64_t{25} << 20;
+
+/// What the reducer saw in the last synchronised backward: for tests and per-step breakdowns.
+struct ddp_stats {
+  /// Buckets of the model, and the gradients still awaited when the first bucket's allreduce was
+  /// launched in the last synchronised backward (> 0: communication overlapped backward).
+  int buckets = 0;
+  int grads_pending_at_first_launch = 0;
+  /// Synchronised backward passes, and the seconds spent waiting for their allreduces at the end.
+  std::int64_t synced_steps = 0;
+  double allreduce_wait_s = 0;
+};
+
+/// Distributed data parallel, as PyTorch's DistributedDataParallel does it.
+///
+/// - At prepare_model: rank 0's parameters and buffers are broadcast to every rank.
+/// - Parameters are packed into buckets in reverse registration order (the order backward usually
+///   produces gradients), the first up to FirstBucketBytes, the rest up to BucketBytesCap.
+/// - A post-hook on each parameter's gradient accumulator copies the gradient into its bucket;
+///   when a bucket is full its allreduce (mean over ranks) is launched asynchronously, while
+///   backward goes on. Buckets are launched strictly in index order, so the sequence of collectives
+///   is identical on every rank.
+/// - An autograd engine callback at the end of backward launches buckets holding parameters that
+///   got no gradient (their slots are zero), waits for every allreduce and copies the means back.
+/// - Under ctx.no_sync() gradients only accumulate locally (k-1 of k micro-batches).
+/// - Buffers (BatchNorm's running statistics): each rank updates its own in forward; after each
+///   synchronised backward rank 0's floating-point buffers are broadcast to all, so every rank (and
+///   any checkpoint) holds rank 0's statistics, as PyTorch's broadcast_buffers=True gives.
+///   Integer buffers (num_batches_tracked) advance identically on every rank and are left alone.
+template <std::int64_t FirstBucketBytes = kDefaultFirstBucketBytes,
+          std::int64_t BucketBytesCap = kDefaultBucketBytesCap>
+struct ddp {
+  using category = dtrain::category::strategy;
+  static constexpr const char* name = "ddp";
+  static constexpr std::int64_t first_bucket_bytes = FirstBucketBytes;
+  static constexpr std::int64_t bucket_bytes_cap = BucketBytesCap;
+  static_assert(FirstBucketBytes > 0 && BucketBytesCap > 0,
+                "strategy::ddp<FirstBucketBytes, BucketBytesCap>: both sizes must be positive");
+
+  /// The reducer of one prepared model, talking through `Communicator`.
+  template <class Communicator>
+  class state {
+   public:
+    state(torch::nn::Module& module, Communicator& comm) : impl_(std::make_shared<impl>(comm)) {
+      impl_->self = impl_;
+      impl_->setup(module);
+    }
+    state(const state&) = delete;
+    state& operator=(const state&) = delete;
+    ~state() { impl_->remove_hooks(); }
+
+    void set_sync(bool on) { impl_->sync = on; }
+    const ddp_stats& stats() const { return impl_->stats; }
+
+   private:
+    struct bucket {
+      torch::Tensor flat;                 // the bucket's gradients, back to back
+      std::vector<std::size_t> params;    // indices into impl::params
+      std::vector<std::int64_t> offsets;  // where each one starts in `flat`
+      int pending = 0;                    // gradients not yet copied in this backward
+      Work work;
+    };
+
+    struct impl {
+      explicit impl(Communicator& c) : comm(c) {}
+      Communicator& comm;
+      std::weak_ptr<impl> self;
+      std::vector<torch::Tensor> params, float_buffers;
+      std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+      std::vector<std::uintptr_t> hook_keys;
+      std::vector<std::size_t> bucket_of, slot_in_bucket;
+      std::vector<bool> ready;
+      std::vector<bucket> buckets;
+      torch::Tensor flat_buffers;
+      std::size_t next_launch = 0;
+      bool callback_queued = false, sync = true;
+      int grads_pending = 0;
+      ddp_stats stats;
+
+      void setup(torch::nn::Module& module) {
+        for (auto& p : module.parameters())
+          if (p.requires_grad()) params.push_back(p);
+        for (auto& b : module.buffers())
+          if (b.is_floating_point()) float_buffers.push_back(b);
+        broadcast_state(module);
+        if (comm.size() == 1) return;  // nothing to synchronise
+        build_buckets();
+        for (std::size_t i = 0; i < params.size(); ++i) {
+          auto acc = torch::autograd::impl::grad_accumulator(params[i]);
+          std::weak_ptr<impl> weak = self;
+          hook_keys.push_back(acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+              [weak, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+                if (auto me = weak.lock()) me->on_grad_ready(i);
+                return outputs;
+              })));
+          accumulators.push_back(std::move(acc));
+        }
+      }
+
+      void remove_hooks() {
+        for (std::size_t i = 0; i < accumulators.size(); ++i) accumulators[i]->del_post_hook(hook_keys[i]);
+        accumulators.clear();
+      }
+
+      // Rank 0's parameters and buffers become everyone's.
+      void broadcast_state(torch::nn::Module& module) {
+        if (comm.size() == 1) return;
+        torch::NoGradGuard no_grad;
+        std::vector<Work> works;
+        std::vector<torch::Tensor> all;
+        for (auto& p : module.parameters()) all.push_back(p);
+        for (auto& b : module.buffers()) all.push_back(b);
+        for (auto& t : all) {
+          auto data = t.detach();
+          works.push_back(comm.broadcast(data, 0));
+        }
+        for (auto& w : works) w.wait();
+      }
+
+      void build_buckets() {
+        bucket_of.assign(params.size(), 0);
+        slot_in_bucket.assign(params.size(), 0);
+        ready.assign(params.size(), false);
+        std::int64_t cap = FirstBucketBytes, bytes = 0;
+        std::vector<std::vector<std::size_t>> groups(1);
+        torch::ScalarType dtype = params.empty() ? torch::kFloat : params.back().scalar_type();
+        for (std::size_t k = params.size(); k-- > 0;) {
+          const auto& p = params[k];
+          // One dtype per bucket, since a bucket is one flat tensor.
+          if (!groups.back().empty() && (bytes >= cap || p.scalar_type() != dtype)) {
+            groups.emplace_back();
+            bytes = 0;
+            cap = BucketBytesCap;
+          }
+          dtype = p.scalar_type();
+          groups.back().push_back(k);
+          bytes += p.numel() * static_cast<std::int64_t>(p.element_size());
+        }
+        for (auto& g : groups) {
+          if (g.empty()) continue;
+          bucket b;
+          std::int64_t numel = 0;
+          for (std::size_t k : g) {
+            bucket_of[k] = buckets.size();
+            slot_in_bucket[k] = b.params.size();
+            b.params.push_back(k);
+            b.offsets.push_back(numel);
+            numel += params[k].numel();
+          }
+          b.flat = torch::zeros({numel}, params[g.front()].options().requires_grad(false));
+          b.pending = static_cast<int>(g.size());
+          buckets.push_back(std::move(b));
+        }
+        stats.buckets = static_cast<int>(buckets.size());
+        grads_pending = static_cast<int>(params.size());
+        if (!float_buffers.empty()) {
+          std::int64_t n = 0;
+          for (auto& b : float_buffers) n += b.numel();
+          flat_buffers = torch::empty({n}, float_buffers.front().options().dtype(torch::kFloat));
+        }
+      }
+
+      torch::Tensor slot(std::size_t k) {
+        auto& b = buckets[bucket_of[k]];
+        return b.flat.narrow(0, b.offsets[slot_in_bucket[k]], params[k].numel());
+      }
+
+      void on_grad_ready(std::size_t k) {
+        if (!sync || ready[k]) return;
+        if (!callback_queued) {
+          callback_queued = true;
+          std::weak_ptr<impl> weak = self;
+          torch::autograd::Engine::get_default_engine().queue_callback([weak] {
+            if (auto me = weak.lock()) me->finish_backward();
+          });
+        }
+        ready[k] = true;
+        --grads_pending;
+        const auto& g = params[k].grad();
+        if (g.defined()) slot(k).copy_(g.reshape({-1}));
+        else slot(k).zero_();
+        --buckets[bucket_of[k]].pending;
+        launch_ready_buckets();
+      }
+
+      void launch_ready_buckets() {
+        while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
+          if (next_launch == 0) stats.grads_pending_at_first_launch = grads_pending;
+          auto& b = buckets[next_launch++];
+          b.work = comm.allreduce(b.flat, reduce::mean);
+        }
+      }
+
+      void finish_backward() {
+        callback_queued = false;
+        // Parameters that took no part in this backward contribute zeros, so every rank still
+        // issues every bucket's allreduce in the same order.
+        for (std::size_t k = 0; k < params.size(); ++k)
+          if (!ready[k]) {
+            ready[k] = true;
+            slot(k).zero_();
+            --buckets[bucket_of[k]].pending;
+          }
+        launch_ready_buckets();
+        Work buffers_work;
+        if (flat_buffers.defined()) {
+          torch::NoGradGuard no_grad;
+          std::int64_t at = 0;
+          for (auto& b : float_buffers) {
+            flat_buffers.narrow(0, at, b.numel()).copy_(b.reshape({-1}));
+            at += b.numel();
+          }
+          buffers_work = comm.broadcast(flat_buffers, 0);
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        for (auto& b : buckets) b.work.wait();
+        buffers_work.wait();
+        stats.allreduce_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ++stats.synced_steps;
+        torch::NoGradGuard no_grad;
+        for (std::size_t k = 0; k < params.size(); ++k) {
+          auto& p = params[k];
+          auto mean = slot(k).view(p.sizes());
+          if (p.grad().defined()) p.mutable_grad().copy_(mean);
+          else p.mutable_grad() = mean.clone();
+        }
+        if (flat_buffers.defined()) {
+          std::int64_t at = 0;
+          for (auto& b : float_buffers) {
+            b.detach().copy_(flat_buffers.narrow(0, at, b.numel()).view(b.sizes()));
+            at += b.numel();
+          }
+        }
+        for (auto& b : buckets) b.pending = static_cast<int>(b.params.size());
+        std::fill(ready.begin(), ready.end(), false);
+        grads_pending = static_cast<int>(params.size());
+        next_launch = 0;
+      }
+    };
+
+    std::shared_ptr<impl> impl_;
+  };
+};
+
+}  // namespace strategy
+
+DTRAIN_NAMESPACE_END
