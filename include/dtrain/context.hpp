@@ -59,8 +59,9 @@ class Context {
         run_(run),
         device_(backend::device(who.local_rank)),
         comm_(c10::make_intrusive<c10d::PrefixStore>(launch::key(who.attempt, "pg"), store_),
-              who.rank, who.world_size, run.collective_timeout),
+              who, run.collective_timeout),
         precision_(device_) {
+    comm_.on_stall([this] { check_peers("a collective", false); });
     if (who_.rank == 0) {
       std::filesystem::create_directories(run_.path());
       // A fresh group starts a fresh history (resuming keeps it: the checkpoint issue).
@@ -211,26 +212,33 @@ class Context {
     const auto deadline = std::chrono::steady_clock::now() + run_.collective_timeout;
     auto pause = std::chrono::microseconds(20);
     while (store_->add(k, 0) < who_.world_size) {
-      if (store_->add(launch::key(who_.attempt, "errors"), 0) > 0)
-        throw WorkerError("another rank failed while rank " + std::to_string(who_.rank) + " waited at " + what);
-      if (name != "finished")
-        for (int r = 0; r < who_.world_size; ++r) {
-          const auto fk = launch::key(who_.attempt, "finished/" + std::to_string(r));
-          if (r == who_.rank || !store_->check({fk})) continue;
-          // A rank that left the loop after this report is fine; one that left before it never comes.
-          const auto n = std::stoll(launch::to_string(store_->get(fk)));
-          if (n < reports_)
-            throw WorkerError("rank " + std::to_string(r) + " returned from the train loop after " +
-                              std::to_string(n) + " report() calls while rank " +
-                              std::to_string(who_.rank) + " waits at " + what +
-                              "; every rank must call report() equally often");
-        }
+      if (name == "finished") check_errors(what);
+      else check_peers(what, true);
       if (std::chrono::steady_clock::now() > deadline)
         throw WorkerError("rank " + std::to_string(who_.rank) + " waited " +
                           std::to_string(run_.collective_timeout.count()) + " ms at " + what +
                           " for the other ranks; one of them hangs or skipped it");
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(5000));
+    }
+  }
+
+  // Throws when waiting at `what` cannot end: a rank failed, or left the train loop without
+  // getting here. At a report a rank that left after making this report is fine.
+  void check_errors(const std::string& what) {
+    if (store_->add(launch::key(who_.attempt, "errors"), 0) > 0)
+      throw WorkerError("another rank failed while rank " + std::to_string(who_.rank) + " waited at " + what);
+  }
+  void check_peers(const std::string& what, bool at_report) {
+    check_errors(what);
+    for (int r = 0; r < who_.world_size; ++r) {
+      const auto fk = launch::key(who_.attempt, "finished/" + std::to_string(r));
+      if (r == who_.rank || !store_->check({fk})) continue;
+      const auto n = std::stoll(launch::to_string(store_->get(fk)));
+      if (!at_report || n < reports_)
+        throw WorkerError("rank " + std::to_string(r) + " returned from the train loop after " + std::to_string(n) +
+                          " report() calls while rank " + std::to_string(who_.rank) + " waits at " + what +
+                          "; every rank must make the same report() calls and collectives");
     }
   }
 

@@ -3,6 +3,8 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,7 +16,9 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/types.h>
 
+#include <dtrain/detail/shm_allreduce.hpp>
 #include <dtrain/error.hpp>
+#include <dtrain/launch/environment.hpp>
 #include <dtrain/policy/category.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -28,22 +32,30 @@ class Work {
   Work() = default;  // an already completed no-op (world size 1)
   Work(c10::intrusive_ptr<c10d::Work> work, std::string what)
       : work_(std::move(work)), what_(std::move(what)) {}
+  Work(std::shared_future<void> done, std::string what) : done_(std::move(done)), what_(std::move(what)) {}
 
   void wait() {
-    if (!work_) return;
     try {
-      work_->wait();
+      if (work_) work_->wait();
+      if (done_.valid()) done_.get();
     } catch (const std::exception& e) {
+      work_.reset();
+      done_ = {};
       throw WorkerError(what_ + " failed: " + e.what() +
                         " (a peer died, hung past RunConfig::collective_timeout, or the ranks "
                         "issued different collectives)");
     }
     work_.reset();
+    done_ = {};
   }
-  bool completed() const { return !work_ || work_->isCompleted(); }
+  bool completed() const {
+    return (!work_ || work_->isCompleted()) &&
+           (!done_.valid() || done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
+  }
 
  private:
   c10::intrusive_ptr<c10d::Work> work_;
+  std::shared_future<void> done_;
   std::string what_;
 };
 
@@ -65,13 +77,23 @@ struct gloo_with_threads {
 
   class communicator {
    public:
-    communicator(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+    /// Joins the group of `who.world_size` ranks through `store`. When every rank is on this
+    /// host, float allreduces and broadcasts go through shared memory instead of TCP loopback.
+    communicator(const c10::intrusive_ptr<c10d::Store>& store, const launch::WorkerIdentity& who,
                  std::chrono::milliseconds timeout)
-        : rank_(rank), size_(size) {
+        : rank_(who.rank), size_(who.world_size) {
       auto options = c10d::ProcessGroupGloo::Options::create(timeout);
       options->devices.push_back(make_device());
       options->threads = Threads;
-      group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+      group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank_, size_, options);
+      if (size_ > 1 && who.local_world_size == size_)
+        shm_ = std::make_unique<detail::shm_channel>(*store, "shm", rank_, size_, timeout);
+    }
+
+    /// `check` runs about once a second while a collective waits for a peer, and may throw to end
+    /// the wait early (used by the worker context to notice a peer that failed or left the loop).
+    void on_stall(std::function<void()> check) {
+      if (shm_) shm_->on_stall(std::move(check));
     }
 
     int rank() const { return rank_; }
@@ -80,6 +102,8 @@ struct gloo_with_threads {
     /// Reduces `t` in place across ranks. mean divides the sum by size() once it is done, so
     /// callers that wait() see the mean; gloo itself has no mean.
     Work allreduce(torch::Tensor& t, reduce op = reduce::sum) {
+      if (shm_ && detail::shm_channel::supports(t) && (op == reduce::sum || op == reduce::mean))
+        return {shm_->allreduce(t, op == reduce::mean), "allreduce of " + std::to_string(t.numel()) + " values"};
       if (op == reduce::mean) {
         // Pre-dividing keeps the result exact for power-of-two world sizes and is free to do here.
         t.div_(size_);
@@ -93,6 +117,8 @@ struct gloo_with_threads {
 
     /// Copies root's `t` into every rank's `t`.
     Work broadcast(torch::Tensor& t, int root = 0) {
+      if (shm_ && t.device().is_cpu() && t.is_contiguous())
+        return {shm_->broadcast(t, root), "broadcast from rank " + std::to_string(root)};
       std::vector<torch::Tensor> v{t};
       c10d::BroadcastOptions o;
       o.rootRank = root;
@@ -133,6 +159,7 @@ struct gloo_with_threads {
 
     int rank_, size_;
     c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
+    std::unique_ptr<detail::shm_channel> shm_;
   };
 };
 

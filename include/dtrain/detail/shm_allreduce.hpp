@@ -1,0 +1,214 @@
+#pragma once
+// Allreduce and broadcast through shared memory, for ranks that share one machine.
+//
+// On one host, Gloo's TCP loopback copies every byte through the kernel twice; here each rank
+// copies its tensor into a shared segment once, reduces one slice of it, and copies the result
+// out. For a 0.8 MB gradient on two ranks this takes a fraction of Gloo's time.
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/types.h>
+
+#include <dtrain/error.hpp>
+
+DTRAIN_NAMESPACE_BEGIN
+
+namespace detail {
+
+/// A shared segment for `world` ranks of one host, with one worker thread that runs the queued
+/// collectives in submission order (the order must be the same on every rank, as for any
+/// collective). Throws WorkerError when a peer does not arrive within the timeout.
+class shm_channel {
+ public:
+  /// Bytes each rank stages per round; larger tensors go in rounds of this size.
+  static constexpr std::size_t kSlotBytes = std::size_t{4} << 20;
+
+  shm_channel(c10d::Store& store, const std::string& key, int rank, int world, std::chrono::milliseconds timeout)
+      : rank_(rank), world_(world), timeout_(timeout) {
+    bytes_ = header_bytes() + 2 * world_ * kSlotBytes;  // staging slots, then result slots
+    std::string name;
+    int fd = -1;
+    if (rank_ == 0) {
+      std::random_device rd;
+      name = "/dtrain-" + std::to_string(getpid()) + "-" + std::to_string(rd());
+      fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+      if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes_)) != 0)
+        throw WorkerError("cannot create shared memory " + name + " (" + std::strerror(errno) +
+                          "); is /dev/shm mounted and large enough?");
+      store.set(key, std::vector<std::uint8_t>(name.begin(), name.end()));
+    } else {
+      const auto v = store.get(key);  // waits for rank 0
+      name.assign(v.begin(), v.end());
+      fd = shm_open(name.c_str(), O_RDWR, 0600);
+      if (fd < 0) throw WorkerError("cannot open shared memory " + name + " (" + std::strerror(errno) + ")");
+    }
+    base_ = static_cast<char*>(mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    ::close(fd);
+    if (base_ == MAP_FAILED) throw WorkerError(std::string("cannot map shared memory: ") + std::strerror(errno));
+    // Every rank has it mapped once all have added themselves; then the name can go, so nothing
+    // is left in /dev/shm whatever happens to the processes later.
+    store.add(key + "/mapped", 1);
+    while (store.add(key + "/mapped", 0) < world_) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    if (rank_ == 0) shm_unlink(name.c_str());
+    thread_ = std::thread([this] { run(); });
+  }
+
+  shm_channel(const shm_channel&) = delete;
+  shm_channel& operator=(const shm_channel&) = delete;
+  ~shm_channel() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    ready_.notify_one();
+    thread_.join();
+    munmap(base_, bytes_);
+  }
+
+  /// Sums `t` (contiguous float or double, CPU) over ranks in place, divided by world if `mean`.
+  std::shared_future<void> allreduce(torch::Tensor t, bool mean) {
+    return submit([this, t, mean]() mutable { allreduce_now(t, mean); });
+  }
+  /// Copies root's `t` into every rank's `t`.
+  std::shared_future<void> broadcast(torch::Tensor t, int root) {
+    return submit([this, t, root]() mutable { broadcast_now(t, root); });
+  }
+
+  /// Called about once a second while a collective waits for a peer; it may throw to give up early
+  /// (the worker context checks whether a peer failed or left the loop).
+  void on_stall(std::function<void()> check) { stall_check_ = std::move(check); }
+
+  static bool supports(const torch::Tensor& t) {
+    return t.device().is_cpu() && t.is_contiguous() &&
+           (t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kDouble);
+  }
+
+ private:
+  struct alignas(64) counter {
+    std::atomic<std::uint64_t> value;
+  };
+  std::size_t header_bytes() const { return ((world_ * sizeof(counter) + 4095) / 4096) * 4096; }
+  counter& arrived(int r) { return reinterpret_cast<counter*>(base_)[r]; }
+  char* slot(int r) { return base_ + header_bytes() + r * kSlotBytes; }
+  char* result(int r) { return base_ + header_bytes() + (world_ + r) * kSlotBytes; }
+
+  std::shared_future<void> submit(std::function<void()> job) {
+    std::packaged_task<void()> task(std::move(job));
+    std::shared_future<void> done = task.get_future().share();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back(std::move(task));
+    }
+    ready_.notify_one();
+    return done;
+  }
+
+  void run() {
+    for (;;) {
+      std::packaged_task<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        ready_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      task();
+    }
+  }
+
+  // Announces phase `phase` of this rank and waits for every rank to reach it.
+  void barrier() {
+    const std::uint64_t phase = ++phase_;
+    arrived(rank_).value.store(phase, std::memory_order_release);
+    const auto start = std::chrono::steady_clock::now();
+    auto next_check = start + std::chrono::seconds(1);
+    for (int r = 0; r < world_; ++r) {
+      for (std::uint64_t spins = 0; arrived(r).value.load(std::memory_order_acquire) < phase; ++spins) {
+        if (spins < 2000) continue;
+        std::this_thread::yield();
+        if ((spins & 1023) != 0) continue;
+        const auto now = std::chrono::steady_clock::now();
+        if (now > start + timeout_)
+          throw WorkerError("shared-memory collective: rank " + std::to_string(r) + " did not arrive within " +
+                            std::to_string(timeout_.count()) + " ms (it died, hangs, or issued other collectives)");
+        if (now > next_check && stall_check_) {
+          stall_check_();
+          next_check = now + std::chrono::seconds(1);
+        }
+      }
+    }
+  }
+
+  template <class T>
+  void reduce_round(T* data, std::size_t n, bool mean) {
+    std::memcpy(slot(rank_), data, n * sizeof(T));
+    barrier();  // every rank staged its part
+    // Rank r reduces elements [lo, hi) of the round and publishes them in its result slot.
+    const std::size_t per = (n + world_ - 1) / world_, lo = std::min(n, per * rank_), hi = std::min(n, lo + per);
+    T* out = reinterpret_cast<T*>(result(rank_));
+    const T scale = mean ? T(1) / T(world_) : T(1);
+    for (std::size_t i = lo; i < hi; ++i) {
+      T sum = 0;
+      for (int q = 0; q < world_; ++q) sum += reinterpret_cast<const T*>(slot(q))[i];
+      out[i - lo] = sum * scale;
+    }
+    barrier();  // every slice reduced
+    for (int q = 0; q < world_; ++q) {
+      const std::size_t qlo = std::min(n, per * q), qhi = std::min(n, qlo + per);
+      std::memcpy(data + qlo, result(q), (qhi - qlo) * sizeof(T));
+    }
+  }
+
+  void allreduce_now(torch::Tensor& t, bool mean) {
+    AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "dtrain_shm_allreduce", [&] {
+      scalar_t* data = t.data_ptr<scalar_t>();
+      const std::size_t total = static_cast<std::size_t>(t.numel()), per_round = kSlotBytes / sizeof(scalar_t);
+      for (std::size_t at = 0; at < total; at += per_round) reduce_round(data + at, std::min(per_round, total - at), mean);
+    });
+  }
+
+  void broadcast_now(torch::Tensor& t, int root) {
+    char* data = static_cast<char*>(t.data_ptr());
+    const std::size_t total = static_cast<std::size_t>(t.numel()) * t.element_size();
+    for (std::size_t at = 0; at < total; at += kSlotBytes) {
+      const std::size_t n = std::min(kSlotBytes, total - at);
+      if (rank_ == root) std::memcpy(slot(root), data + at, n);
+      barrier();
+      if (rank_ != root) std::memcpy(data + at, slot(root), n);
+      barrier();  // the root's slot is free again
+    }
+  }
+
+  int rank_, world_;
+  std::chrono::milliseconds timeout_;
+  std::size_t bytes_ = 0;
+  char* base_ = nullptr;
+  std::uint64_t phase_ = 0;
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::packaged_task<void()>> queue_;
+  bool stop_ = false;
+  std::function<void()> stall_check_;
+  std::thread thread_;
+};
+
+}  // namespace detail
+
+DTRAIN_NAMESPACE_END
