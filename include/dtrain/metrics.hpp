@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -47,6 +48,7 @@ class Metric {
 
   const std::variant<std::int64_t, double, std::string>& value() const { return value_; }
   friend bool operator==(const Metric&, const Metric&) = default;
+  friend std::ostream& operator<<(std::ostream& os, const Metric& m) { return os << m.text(); }
 
   friend void to_json(nlohmann::json& j, const Metric& m) {
     std::visit([&](const auto& v) { j = v; }, m.value_);

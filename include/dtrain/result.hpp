@@ -57,7 +57,7 @@ class MetricsHistory {
       if (line.empty()) continue;
       try {
         h.rows_.push_back(nlohmann::json::parse(line).get<Metrics>());
-      } catch (const nlohmann::json::exception& e) {
+      } catch (const std::exception& e) {  // not JSON, or a value that is not a metric
         throw Error(path.string() + ":" + std::to_string(n) + ": not a metrics row (" + e.what() + ")");
       }
     }

@@ -349,11 +349,8 @@ TEST_CASE("MetricsHistory::read_jsonl: a malformed line is an Error naming the p
   }
 }
 
-// Pins a bug in result.hpp: read_jsonl catches only nlohmann::json::exception, but Metric's
-// from_json throws dtrain::ConfigError for a boolean, array or object value, which escapes without
-// the path and line. Remove [!mayfail] once read_jsonl names them for every malformed row.
 TEST_CASE("MetricsHistory::read_jsonl: a row with a non-metric value names the path and line",
-          "[metrics][result][error][!mayfail]") {
+          "[metrics][result][error]") {
   TempDir dir;
   const auto path = dir / "metrics.jsonl";
   std::ofstream(path) << "{\"epoch\": 0}\n{\"done\": true}\n";

@@ -235,9 +235,8 @@ TEST_CASE("Images and labels whose counts disagree are a DataError naming both f
                          MessageContains({images.string(), labels.string(), "3 images", "2 labels"}));
 }
 
-TEST_CASE("A file that is not gzip but garbage is a DataError naming the path", "[data][error]") {
-  // zlib reads a file without the gzip signature as it is (transparent mode), so garbage reaches the
-  // IDX decoder and is reported there, as a bad magic number.
+TEST_CASE("A file that is not gzip is a DataError naming the path", "[data][error]") {
+  // zlib would read a file without the gzip signature as it is; dtrain rejects it up front.
   TempDir dir;
   const auto images = dir / "images.gz", labels = dir / "labels.gz";
   write_gz(labels, labels_idx({1}));
@@ -245,7 +244,27 @@ TEST_CASE("A file that is not gzip but garbage is a DataError naming the path", 
   write_plain(images, Bytes(text.begin(), text.end()));
 
   REQUIRE_THROWS_MATCHES(dtrain::data::FashionMnist::read(images, labels), dtrain::DataError,
-                         MessageContains({images.string(), "bad magic number"}));
+                         MessageContains({images.string(), "not gzip-compressed"}));
+}
+
+TEST_CASE("Bytes after the payload the header promises are a DataError naming the path", "[data][error]") {
+  TempDir dir;
+  const auto images = dir / "images.gz", labels = dir / "labels.gz";
+  write_gz(labels, labels_idx({1, 2}));
+  Bytes long_file = images_idx(2);
+  long_file.insert(long_file.end(), 5, 0x7f);
+  write_gz(images, long_file);
+  REQUIRE_THROWS_MATCHES(dtrain::data::FashionMnist::read(images, labels), dtrain::DataError,
+                         MessageContains({images.string(), "5 trailing bytes"}));
+}
+
+TEST_CASE("Images that are not 28x28 are a DataError naming the path", "[data][error]") {
+  TempDir dir;
+  const auto images = dir / "images.gz", labels = dir / "labels.gz";
+  write_gz(labels, labels_idx({1, 2}));
+  write_gz(images, idx({2u, 14u, 14u}, Bytes(2 * 14 * 14, 3)));
+  REQUIRE_THROWS_MATCHES(dtrain::data::FashionMnist::read(images, labels), dtrain::DataError,
+                         MessageContains({images.string(), "14x14"}));
 }
 
 TEST_CASE("A gzip stream cut short is a DataError naming the path", "[data][error]") {

@@ -13,7 +13,7 @@
 #include <system_error>
 #include <vector>
 
-#include <catch2/catch.hpp>
+#include "../dtrain_catch.hpp"
 
 namespace dtrain_test {
 

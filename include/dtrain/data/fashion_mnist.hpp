@@ -48,6 +48,9 @@ class FashionMnist {
   /// Decodes one split from an images file and a labels file.
   static TensorDataset read(const std::filesystem::path& images, const std::filesystem::path& labels) {
     const torch::Tensor x = detail::read_idx_ubyte(images, 3);
+    if (x.size(1) != 28 || x.size(2) != 28)
+      throw DataError(images.string() + ": images are " + std::to_string(x.size(1)) + "x" +
+                      std::to_string(x.size(2)) + ", Fashion-MNIST's are 28x28");
     const torch::Tensor y = detail::read_idx_ubyte(labels, 1);
     if (x.size(0) != y.size(0))
       throw DataError(images.string() + " holds " + std::to_string(x.size(0)) + " images but " +

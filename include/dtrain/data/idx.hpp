@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -43,6 +44,11 @@ inline std::vector<std::uint8_t> read_gzip(const std::filesystem::path& path) {
       throw DataError(path.string() + ": corrupt gzip stream (" + why + ")");
     }
     if (n == 0) break;
+    // zlib passes a file that is not gzip through as it is; these files must be gzip.
+    if (used == 0 && gzdirect(file)) {
+      gzclose(file);
+      throw DataError(path.string() + ": not gzip-compressed; expected a gzipped IDX file (*-ubyte.gz)");
+    }
     used += static_cast<std::size_t>(n);
   }
   // gzread reports a stream cut short as a plain end of file; gzerror tells them apart.
@@ -80,12 +86,17 @@ inline torch::Tensor read_idx_ubyte(const std::filesystem::path& path, int expec
     const std::uint8_t* p = raw.data() + 4 + 4 * d;
     const std::int64_t n = (std::int64_t{p[0]} << 24) | (p[1] << 16) | (p[2] << 8) | p[3];
     dims.push_back(n);
+    if (n > 0 && payload > std::numeric_limits<std::size_t>::max() / static_cast<std::size_t>(n))
+      throw DataError(path.string() + ": the header's dimensions overflow; the file is corrupt");
     payload *= static_cast<std::size_t>(n);
   }
-  if (raw.size() - header != payload)
+  if (raw.size() - header < payload)
     throw DataError(path.string() + ": truncated payload: the header promises " +
                     std::to_string(payload) + " bytes, the file holds " +
                     std::to_string(raw.size() - header));
+  if (raw.size() - header > payload)
+    throw DataError(path.string() + ": " + std::to_string(raw.size() - header - payload) +
+                    " trailing bytes after the " + std::to_string(payload) + " the header promises");
   auto t = torch::empty(dims, torch::kUInt8);
   std::memcpy(t.data_ptr<std::uint8_t>(), raw.data() + header, payload);
   return t;

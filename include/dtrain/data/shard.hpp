@@ -1,6 +1,7 @@
 #pragma once
 // A rank's batches of a dataset for one epoch, as a range-v3 view.
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -20,6 +21,7 @@ namespace data {
 /// gathered (index_select) when the iterator reaches it, and the view owns the indices.
 template <RandomAccess Split>
 auto batches(const Split& split, std::vector<std::int64_t> indices, std::int64_t batch_size) {
+  if (batch_size < 1) throw ConfigError("batch size must be at least 1, got " + std::to_string(batch_size));
   auto order = std::make_shared<const std::vector<std::int64_t>>(std::move(indices));
   const auto count = static_cast<std::int64_t>(order->size());
   const std::int64_t n_batches = (count + batch_size - 1) / batch_size;

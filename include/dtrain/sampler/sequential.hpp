@@ -1,6 +1,7 @@
 #pragma once
 // sampler::sequential: the dataset in order, cut into one contiguous block per rank.
 
+#include <algorithm>
 #include <cstdint>
 #include <numeric>
 #include <vector>
