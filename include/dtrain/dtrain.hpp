@@ -8,6 +8,7 @@
 #include <dtrain/result.hpp>
 
 #include <dtrain/policy/category.hpp>
+#include <dtrain/policy/concepts.hpp>
 #include <dtrain/policy/resolve.hpp>
 #include <dtrain/backend/gloo.hpp>
 #include <dtrain/sampler/distributed.hpp>

@@ -116,3 +116,18 @@ TEST_CASE("PolicyOf<P, C> holds only for C = P's category", "[policy]") {
   STATIC_REQUIRE_FALSE(d::PolicyOf<d::checkpointer::none, d::category::strategy>);
   STATIC_REQUIRE_FALSE(d::PolicyOf<int, d::category::sampler>);
 }
+
+TEST_CASE("every policy models its category's concept", "[policy][concepts]") {
+  STATIC_REQUIRE(dtrain::BackendPolicy<dtrain::backend::gloo>);
+  STATIC_REQUIRE(dtrain::BackendPolicy<dtrain::backend::gloo_with_threads<4>>);
+  STATIC_REQUIRE(dtrain::SamplerPolicy<dtrain::sampler::distributed<>>);
+  STATIC_REQUIRE(dtrain::SamplerPolicy<dtrain::sampler::distributed<7, false, dtrain::sampler::tail::drop>>);
+  STATIC_REQUIRE(dtrain::SamplerPolicy<dtrain::sampler::sequential>);
+  STATIC_REQUIRE(dtrain::CheckpointerPolicy<dtrain::checkpointer::none>);
+  STATIC_REQUIRE(dtrain::StrategyPolicy<dtrain::strategy::ddp<>>);
+  STATIC_REQUIRE(dtrain::PrecisionPolicy<dtrain::precision::fp32>);
+  STATIC_REQUIRE(dtrain::PrecisionPolicy<dtrain::precision::amp<dtrain::precision::bf16>>);
+  // A policy of one category does not model another's concept.
+  STATIC_REQUIRE_FALSE(dtrain::SamplerPolicy<dtrain::backend::gloo>);
+  STATIC_REQUIRE_FALSE(dtrain::BackendPolicy<dtrain::sampler::sequential>);
+}

@@ -12,6 +12,7 @@
 #include <dtrain/backend/gloo.hpp>
 #include <dtrain/checkpointer/none.hpp>
 #include <dtrain/policy/category.hpp>
+#include <dtrain/policy/concepts.hpp>
 #include <dtrain/precision/fp32.hpp>
 #include <dtrain/sampler/distributed.hpp>
 #include <dtrain/strategy/ddp.hpp>
@@ -109,6 +110,26 @@ struct set {
   using checkpointer = detail::lookup<map_type, category::checkpointer>;
   using strategy = detail::lookup<map_type, category::strategy>;
   using precision = detail::lookup<map_type, category::precision>;
+
+  // Each resolved policy provides what its category needs (policy/concepts.hpp).
+  static_assert(!valid || BackendPolicy<backend>,
+                "dtrain::Trainer: the Backend policy lacks part of the BackendPolicy concept "
+                "(uses_cuda, device(local_rank), a communicator with allreduce/broadcast/barrier); see "
+                "dtrain/policy/concepts.hpp");
+  static_assert(!valid || SamplerPolicy<sampler>,
+                "dtrain::Trainer: the Sampler policy lacks `static std::vector<std::int64_t> indices(n, "
+                "rank, world_size, epoch)`; see dtrain/policy/concepts.hpp");
+  static_assert(!valid || CheckpointerPolicy<checkpointer>,
+                "dtrain::Trainer: the Checkpointer policy lacks `static constexpr bool persists`; see "
+                "dtrain/policy/concepts.hpp");
+  static_assert(!valid || StrategyPolicy<strategy>,
+                "dtrain::Trainer: the Strategy policy lacks a nested `template <class Communicator> class "
+                "state` built from (torch::nn::Module&, Communicator&) with set_sync(bool); see "
+                "dtrain/policy/concepts.hpp");
+  static_assert(!valid || PrecisionPolicy<precision>,
+                "dtrain::Trainer: the Precision policy lacks `requires_cuda` or a nested `state` built "
+                "from torch::Device with autocast(), backward(loss) and step(optimizer); see "
+                "dtrain/policy/concepts.hpp");
 
   /// Combinations of individually valid policies that cannot work together.
   static constexpr bool check_combination() {

@@ -1,0 +1,76 @@
+#pragma once
+// One concept per policy category: what a policy of that category must provide. policy::set checks
+// the resolved policies against them, so a policy of your own that lacks a piece is rejected with
+// a message naming the category, not deep inside the Trainer.
+
+#include <concepts>
+#include <cstdint>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <dtrain/backend/gloo.hpp>
+#include <dtrain/policy/category.hpp>
+
+DTRAIN_NAMESPACE_BEGIN
+
+/// Backend. Minimal complete definition: `static constexpr bool uses_cuda`; `static torch::Device
+/// device(int local_rank)`; a nested `communicator` constructible from (store, WorkerIdentity,
+/// timeout) with `rank()`, `size()`, `allreduce(tensor&, reduce) -> Work`, `broadcast(tensor&, root)
+/// -> Work`, `barrier()`.
+/// Laws: after every rank's allreduce(t, sum).wait(), every rank's t is the elementwise sum; the
+/// collectives of one communicator complete in the order they were issued, on every rank.
+/// Models: backend::gloo.
+template <class B>
+concept BackendPolicy = PolicyOf<B, category::backend> && requires(typename B::communicator& c, torch::Tensor& t) {
+  { B::uses_cuda } -> std::convertible_to<bool>;
+  { B::device(0) } -> std::convertible_to<torch::Device>;
+  { c.rank() } -> std::convertible_to<int>;
+  { c.size() } -> std::convertible_to<int>;
+  { c.allreduce(t, reduce::sum) } -> std::same_as<Work>;
+  { c.broadcast(t, 0) } -> std::same_as<Work>;
+  c.barrier();
+};
+
+/// Sampler. Minimal complete definition: `static std::vector<std::int64_t> indices(std::int64_t n,
+/// int rank, int world_size, std::int64_t epoch)`.
+/// Laws: a pure function of its arguments (every rank computes every rank's share alike); every
+/// index is in [0, n).
+/// Models: sampler::distributed<>, sampler::sequential.
+template <class S>
+concept SamplerPolicy = PolicyOf<S, category::sampler> && requires(std::int64_t n, int r, std::int64_t e) {
+  { S::indices(n, r, r, e) } -> std::same_as<std::vector<std::int64_t>>;
+};
+
+/// Checkpointer. Minimal complete definition: `static constexpr bool persists`.
+/// Models: checkpointer::none.
+template <class C>
+concept CheckpointerPolicy = PolicyOf<C, category::checkpointer> && requires {
+  { C::persists } -> std::convertible_to<bool>;
+};
+
+/// Strategy. Minimal complete definition: a nested `template <class Communicator> class state`
+/// constructible from (torch::nn::Module&, Communicator&), with `set_sync(bool)`.
+/// Laws: after a synchronised backward every rank holds the same gradients; under set_sync(false)
+/// backward issues no collective.
+/// Models: strategy::ddp<>.
+template <class S>
+concept StrategyPolicy = PolicyOf<S, category::strategy> &&
+    std::constructible_from<typename S::template state<backend::gloo::communicator>, torch::nn::Module&,
+                            backend::gloo::communicator&> &&
+    requires(typename S::template state<backend::gloo::communicator>& s) { s.set_sync(true); };
+
+/// Precision. Minimal complete definition: `static constexpr bool requires_cuda`; a nested `state`
+/// constructible from torch::Device with `autocast()` (an RAII scope), `backward(loss)` and
+/// `step(optimizer) -> bool` (false: the step was skipped).
+/// Models: precision::fp32, precision::amp<bf16>.
+template <class P>
+concept PrecisionPolicy = PolicyOf<P, category::precision> && std::constructible_from<typename P::state, torch::Device> &&
+    requires(typename P::state& s, const torch::Tensor& loss) {
+      { P::requires_cuda } -> std::convertible_to<bool>;
+      s.autocast();
+      s.backward(loss);
+    };
+
+DTRAIN_NAMESPACE_END
