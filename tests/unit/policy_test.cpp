@@ -13,6 +13,8 @@
 #include <dtrain/sampler/sequential.hpp>
 #include <dtrain/strategy/ddp.hpp>
 
+#include <torch/torch.h>
+
 #include "support.hpp"
 
 namespace {
@@ -130,4 +132,45 @@ TEST_CASE("every policy models its category's concept", "[policy][concepts]") {
   // A policy of one category does not model another's concept.
   STATIC_REQUIRE_FALSE(dtrain::SamplerPolicy<dtrain::backend::gloo>);
   STATIC_REQUIRE_FALSE(dtrain::BackendPolicy<dtrain::sampler::sequential>);
+}
+
+TEST_CASE("precision::amp<bf16> autocasts inside its scope only, and training still learns", "[precision]") {
+  using amp = dtrain::precision::amp<dtrain::precision::bf16>;
+  amp::state state(torch::kCPU);
+  torch::manual_seed(0);
+  torch::nn::Linear layer(8, 4);
+  const auto x = torch::randn({16, 8});
+  {
+    auto scope = state.autocast();
+    CHECK(layer->forward(x).scalar_type() == torch::kBFloat16);
+    {
+      auto inner = state.autocast();  // nesting keeps autocast on
+      CHECK(layer->forward(x).scalar_type() == torch::kBFloat16);
+    }
+    CHECK(layer->forward(x).scalar_type() == torch::kBFloat16);
+  }
+  CHECK(layer->forward(x).scalar_type() == torch::kFloat);
+
+  // A few bf16 steps reduce the loss much as fp32 steps do; parameters stay fp32.
+  const auto target = torch::randn({16, 4});
+  torch::optim::SGD sgd(layer->parameters(), 0.1);
+  double first = 0, last = 0;
+  for (int i = 0; i < 20; ++i) {
+    sgd.zero_grad();
+    torch::Tensor loss;
+    {
+      auto scope = state.autocast();
+      loss = torch::mse_loss(layer->forward(x).to(torch::kFloat), target);
+    }
+    state.backward(loss);
+    CHECK(state.step(sgd));
+    (i == 0 ? first : last) = loss.item<double>();
+  }
+  CHECK(last < 0.8 * first);
+  CHECK(layer->weight.scalar_type() == torch::kFloat);
+}
+
+TEST_CASE("precision::amp<bf16> on a CUDA device is refused with a clear error", "[precision]") {
+  using amp = dtrain::precision::amp<dtrain::precision::bf16>;
+  CHECK_THROWS_WITH(amp::state(torch::Device(torch::kCUDA, 0)), Catch::Contains("autocasts on CPU only"));
 }
