@@ -41,12 +41,14 @@ struct ddp_stats {
 /// - At prepare_model: rank 0's parameters and buffers are broadcast to every rank.
 /// - Parameters are packed into buckets in reverse registration order (the order backward usually
 ///   produces gradients), the first up to FirstBucketBytes, the rest up to BucketBytesCap.
-/// - A post-hook on each parameter's gradient accumulator copies the gradient into its bucket;
-///   when a bucket is full its allreduce (mean over ranks) is launched asynchronously, while
-///   backward goes on. Buckets are launched strictly in index order, so the sequence of collectives
+/// - Each parameter's `.grad` lives in its bucket (a tensor over the bucket's memory, so autograd
+///   accumulates straight into it: no copy in, no copy out). A post-hook on the parameter's
+///   gradient accumulator marks it ready; when a bucket is full its allreduce (mean over ranks) is
+///   launched asynchronously, while backward goes on. A `.grad` that was replaced (zero_grad with
+///   set_to_none, or assigned) is copied in once and pointed back at its bucket. Buckets are launched strictly in index order, so the sequence of collectives
 ///   is identical on every rank.
 /// - An autograd engine callback at the end of backward launches buckets holding parameters that
-///   got no gradient (their slots are zero), waits for every allreduce and copies the means back.
+///   got no gradient (their slots are zero) and waits for every allreduce.
 /// - Under ctx.no_sync() gradients only accumulate locally (k-1 of k micro-batches).
 /// - Buffers (BatchNorm's running statistics): each rank updates its own in forward; after each
 ///   synchronised backward rank 0's floating-point buffers are broadcast to all, so every rank (and
@@ -122,6 +124,22 @@ struct ddp {
         }
       }
 
+      // Points .grad of parameter k at its slot; the deleter keeps the bucket's memory alive for as
+      // long as the gradient tensor is, even past this state.
+      void alias_grad(std::size_t k) {
+        auto& b = buckets[bucket_of[k]];
+        auto& p = params[k];
+        p.mutable_grad() = torch::from_blob(slot_ptr(k), p.sizes(), [keep = b.flat](void*) {}, b.flat.options());
+      }
+      void* slot_ptr(std::size_t k) {
+        auto& b = buckets[bucket_of[k]];
+        return static_cast<char*>(b.flat.data_ptr()) + b.offsets[slot_in_bucket[k]] * b.flat.element_size();
+      }
+      bool aliased(std::size_t k) {
+        const auto& g = params[k].grad();
+        return g.defined() && g.data_ptr() == slot_ptr(k);
+      }
+
       void remove_hooks() {
         for (std::size_t i = 0; i < accumulators.size(); ++i) accumulators[i]->del_post_hook(hook_keys[i]);
         accumulators.clear();
@@ -176,6 +194,11 @@ struct ddp {
           b.pending = static_cast<int>(g.size());
           buckets.push_back(std::move(b));
         }
+        torch::NoGradGuard no_grad;
+        for (std::size_t k = 0; k < params.size(); ++k) {
+          if (params[k].grad().defined()) slot(k).copy_(params[k].grad().reshape({-1}));
+          alias_grad(k);
+        }
         stats.buckets = static_cast<int>(buckets.size());
         grads_pending = static_cast<int>(params.size());
         if (!float_buffers.empty()) {
@@ -201,9 +224,13 @@ struct ddp {
         }
         ready[k] = true;
         --grads_pending;
-        const auto& g = params[k].grad();
-        if (g.defined()) slot(k).copy_(g.reshape({-1}));
-        else slot(k).zero_();
+        if (!aliased(k)) {
+          torch::NoGradGuard no_grad;
+          const auto& g = params[k].grad();
+          if (g.defined()) slot(k).copy_(g.reshape({-1}));
+          else slot(k).zero_();
+          alias_grad(k);
+        }
         --buckets[bucket_of[k]].pending;
         launch_ready_buckets();
       }
@@ -224,6 +251,7 @@ struct ddp {
           if (!ready[k]) {
             ready[k] = true;
             slot(k).zero_();
+            if (!aliased(k)) alias_grad(k);
             --buckets[bucket_of[k]].pending;
           }
         launch_ready_buckets();
@@ -243,12 +271,6 @@ struct ddp {
         stats.allreduce_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         ++stats.synced_steps;
         torch::NoGradGuard no_grad;
-        for (std::size_t k = 0; k < params.size(); ++k) {
-          auto& p = params[k];
-          auto mean = slot(k).view(p.sizes());
-          if (p.grad().defined()) p.mutable_grad().copy_(mean);
-          else p.mutable_grad() = mean.clone();
-        }
         if (flat_buffers.defined()) {
           std::int64_t at = 0;
           for (auto& b : float_buffers) {
