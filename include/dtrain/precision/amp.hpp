@@ -8,6 +8,7 @@
 
 #include <dtrain/error.hpp>
 #include <dtrain/policy/category.hpp>
+#include <dtrain/precision/fp32.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -64,8 +65,9 @@ struct amp {
   static constexpr bool requires_cuda = std::is_same_v<Half, fp16>;
   using half = Half;
 
-  struct state {
-    explicit state(torch::Device device) {
+  /// backward() and step() are fp32's: bf16 needs no loss scaling.
+  struct state : fp32::state {
+    explicit state(torch::Device device) : fp32::state(device) {
       if (!device.is_cpu())
         throw ConfigError("precision::amp<bf16> on " + device.str() +
                           ": this build autocasts on CPU only; CUDA autocast comes with backend::nccl");
@@ -92,12 +94,6 @@ struct amp {
     };
 
     scope autocast() const { return {}; }
-    void backward(const torch::Tensor& loss) { loss.backward(); }
-    template <class Optimizer>
-    bool step(Optimizer& opt) {
-      opt.step();
-      return true;
-    }
   };
 };
 
