@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include <dtrain/error.hpp>
@@ -28,6 +29,42 @@ struct ScalingConfig {
   }
 };
 
+/// Whether a higher or a lower score is better (CheckpointConfig::score_attribute).
+enum class ScoreOrder { min, max };
+
+/// Which checkpoints a run keeps (Ray's CheckpointConfig). Applies under checkpointer::directory<>.
+///
+/// Retention never removes the latest checkpoint nor the best one, and removes an old checkpoint
+/// only after a newer one is complete on disk.
+struct CheckpointConfig {
+  /// How many checkpoints to keep, ranked by score_attribute (or by recency when it is empty);
+  /// 0 keeps all. The latest and the best are kept beside these.
+  int num_to_keep = 0;
+  /// The reported metric that ranks checkpoints ("val_loss", "test_accuracy"); empty: recency.
+  std::string score_attribute;
+  /// Whether a higher (max, as Ray's default) or a lower (min) score is better.
+  ScoreOrder score_order = ScoreOrder::max;
+
+  void validate() const {
+    if (num_to_keep < 0)
+      throw ConfigError("CheckpointConfig::num_to_keep is " + std::to_string(num_to_keep) +
+                        "; use 0 to keep every checkpoint, or a positive count");
+  }
+};
+
+/// What the driver does when a worker fails (Ray's FailureConfig).
+struct FailureConfig {
+  /// How many failures of the worker group to recover from by starting a new group that resumes
+  /// from the latest valid checkpoint; 0 stops at the first failure, -1 never stops.
+  int max_failures = 0;
+
+  void validate() const {
+    if (max_failures < -1)
+      throw ConfigError("FailureConfig::max_failures is " + std::to_string(max_failures) +
+                        "; use -1 (unlimited), 0 (no restarts) or a positive count");
+  }
+};
+
 /// Where the run's files go, and how long workers wait for each other.
 struct RunConfig {
   /// The run's directory is storage_path / name.
@@ -38,6 +75,13 @@ struct RunConfig {
   std::chrono::milliseconds rendezvous_timeout = std::chrono::seconds(60);
   /// How long one collective may take before it fails (a peer that hangs, or died silently).
   std::chrono::milliseconds collective_timeout = std::chrono::seconds(300);
+  /// Retention of checkpoints (checkpointer::directory<>).
+  CheckpointConfig checkpoint = {};
+  /// Restarts after worker failures.
+  FailureConfig failure = {};
+  /// A checkpoint directory to start from when the run directory holds no valid checkpoint of its
+  /// own (a run directory's own latest valid checkpoint always wins on a restart).
+  std::optional<std::filesystem::path> resume_from = std::nullopt;
 
   std::filesystem::path path() const { return storage_path / name; }
 
@@ -47,6 +91,8 @@ struct RunConfig {
                         "\" must be a single, non-empty directory name (no '/')");
     if (rendezvous_timeout.count() <= 0 || collective_timeout.count() <= 0)
       throw ConfigError("RunConfig: rendezvous_timeout and collective_timeout must be positive");
+    checkpoint.validate();
+    failure.validate();
   }
 };
 

@@ -1,10 +1,14 @@
 #pragma once
 // The worker context: what the train loop gets, once per rank.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
+#include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -16,6 +20,9 @@
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
+#include <dtrain/backend/gloo.hpp>
+#include <dtrain/checkpointer/checkpoint.hpp>
+#include <dtrain/checkpointer/directory.hpp>
 #include <dtrain/config.hpp>
 #include <dtrain/data/dataset.hpp>
 #include <dtrain/data/shard.hpp>
@@ -49,6 +56,11 @@ class Context {
   using communicator_type = typename backend::communicator;
   using strategy_state = typename Policies::strategy::template state<communicator_type>;
   using precision_state = typename Policies::precision::state;
+  static constexpr bool persists = Policies::checkpointer::persists;
+  static constexpr bool async_writes = [] {
+    if constexpr (requires { Policies::checkpointer::asynchronous; }) return bool(Policies::checkpointer::asynchronous);
+    else return false;
+  }();
 
  public:
   Context(const launch::WorkerIdentity& who, c10::intrusive_ptr<c10d::Store> store,
@@ -62,11 +74,18 @@ class Context {
               who, run.collective_timeout),
         precision_(device_) {
     comm_.on_stall([this] { check_peers("a collective", false); });
-    if (who_.rank == 0) {
-      std::filesystem::create_directories(run_.path());
-      // A fresh group starts a fresh history (resuming keeps it: the checkpoint issue).
-      if (who_.attempt == 0) std::filesystem::remove(history_path());
+    if (who_.rank == 0) std::filesystem::create_directories(run_.path());
+    if constexpr (persists) {
+      find_resume_point();
+    } else if (who_.rank == 0) {
+      std::filesystem::remove(history_path());  // a fresh group starts a fresh history
     }
+  }
+
+  ~Context() {
+    // A write still running after an error: rank 0's stops waiting for the other ranks' files.
+    abort_ = true;
+    if (pending_.valid()) pending_.wait();
   }
 
   Context(const Context&) = delete;
@@ -82,6 +101,8 @@ class Context {
   torch::Device device() const { return device_; }
   const RunConfig& run_config() const { return run_; }
   const ScalingConfig& scaling_config() const { return scaling_; }
+  /// How many times the driver restarted the group before this one (0 for the first group).
+  int attempt() const { return who_.attempt; }
   /// @}
 
   /// Moves the model to this worker's device and wraps it with the Strategy (for ddp<>: rank 0's
@@ -97,11 +118,20 @@ class Context {
   /// The Strategy's state of the i-th prepared model (its statistics, for instance).
   const strategy_state& strategy(std::size_t i = 0) const { return *strategies_.at(i); }
 
-  /// Epochs `first` .. n-1, where `first` is 0 for a fresh run. Iterating sets epoch(), which
-  /// the Sampler draws its permutation from: no set_epoch call is needed.
+  /// Epochs `first` .. n-1, where `first` is 0 for a fresh run and the checkpoint's epoch on
+  /// resume. Iterating sets epoch(), which the Sampler draws its permutation from: no set_epoch
+  /// call is needed.
   auto epochs(std::int64_t n) {
-    return ranges::views::iota(std::int64_t{0}, n) | ranges::views::transform([this](std::int64_t e) {
+    return ranges::views::iota(first_epoch_, std::max(first_epoch_, n)) |
+           ranges::views::transform([this](std::int64_t e) {
              epoch_ = e;
+             epoch_batches_ = 0;
+             if (skip_pending_ && e == first_epoch_) {
+               position_ = resume_position_;
+             } else {
+               skip_pending_ = false;
+               position_ = 0;
+             }
              return e;
            });
   }
@@ -112,6 +142,10 @@ class Context {
   /// divide global_batch.
   /// `Sampler` overrides the Trainer's for this call: ctx.shard<sampler::sequential>(test, b) gives
   /// every sample exactly once across ranks, for evaluation.
+  ///
+  /// With the Trainer's Sampler the context counts the batches produced in the current epoch (the
+  /// sampler position a checkpoint saves); the first such shard after a resume skips the batches
+  /// the checkpoint's epoch had consumed already. Shards with another Sampler are not counted.
   template <class Sampler = typename Policies::sampler, data::RandomAccess Split>
   auto shard(const Split& split, std::int64_t global_batch) const {
     if (global_batch < 1 || global_batch % who_.world_size != 0)
@@ -119,10 +153,28 @@ class Context {
                         std::to_string(who_.world_size) + " workers; choose a global batch that is a " +
                         "multiple of the worker count (e.g. " +
                         std::to_string(std::max<std::int64_t>(1, global_batch / who_.world_size) * who_.world_size) + ")");
-    return data::batches(split,
-                         Sampler::indices(static_cast<std::int64_t>(split.size()), who_.rank,
-                                                    who_.world_size, epoch_),
-                         global_batch / who_.world_size);
+    const std::int64_t batch_size = global_batch / who_.world_size;
+    auto order = std::make_shared<const std::vector<std::int64_t>>(
+        Sampler::indices(static_cast<std::int64_t>(split.size()), who_.rank, who_.world_size, epoch_));
+    const auto count = static_cast<std::int64_t>(order->size());
+    const std::int64_t n_batches = (count + batch_size - 1) / batch_size;
+    std::int64_t skip = 0;
+    std::int64_t* position = nullptr;
+    if constexpr (std::is_same_v<Sampler, typename Policies::sampler>) {
+      position = &position_;
+      epoch_batches_ = n_batches;
+      if (skip_pending_) skip = std::min(position_, n_batches);
+      else position_ = 0;
+      skip_pending_ = false;
+    }
+    return ranges::views::iota(skip, n_batches) |
+           ranges::views::transform([&split, order, batch_size, count, position](std::int64_t b) -> data::Batch {
+             if (position) *position = b + 1;
+             const std::int64_t begin = b * batch_size, len = std::min(batch_size, count - begin);
+             // from_blob does not copy; index_select reads it before `order` can go away.
+             const auto idx = torch::from_blob(const_cast<std::int64_t*>(order->data() + begin), {len}, torch::kInt64);
+             return split.get_batch(idx);
+           });
   }
 
   /// Autocast for the forward pass while the returned scope lives (a no-op under fp32).
@@ -161,17 +213,69 @@ class Context {
   /// Records `metrics` as one step of the run. A synchronised step: every rank must call it the
   /// same number of times; rank 0's metrics are the ones recorded. Throws WorkerError when a rank
   /// left the loop with fewer reports, or failed.
-  void report(const Metrics& metrics) {
-    ++reports_;
-    arrive("report/" + std::to_string(reports_), "report() call " + std::to_string(reports_));
-    if (who_.rank != 0) return;
-    Metrics row = metrics;
-    row.try_emplace("iteration", reports_);
-    row.try_emplace("epoch", epoch_);
-    row.try_emplace("step", steps_);
-    row.try_emplace("timestamp", detail::unix_now());
-    MetricsHistory::append_jsonl(history_path(), row);
+  void report(const Metrics& metrics) { record(metrics); }
+
+  /// report(metrics) that also saves `snapshot` (from checkpoint()) as checkpoint_NNNNNN, NNNNNN
+  /// being this report's iteration. Under checkpointer::directory<> (asynchronous) the files are
+  /// written on a background thread; the next checkpoint() or the end of the loop waits for it.
+  void report(const Metrics& metrics, checkpointer::Snapshot&& snapshot) {
+    static_assert(persists,
+                  "dtrain: ctx.report(metrics, checkpoint) needs a Checkpointer that persists; this "
+                  "Trainer uses checkpointer::none. Add dtrain::checkpointer::directory<> to the "
+                  "Trainer's policies.");
+    Metrics row = record(metrics);
+    const auto t0 = std::chrono::steady_clock::now();
+    start_write(std::move(snapshot), reports_, std::move(row));
+    stats_.blocked_s += seconds_since(t0);
   }
+
+  /// Takes a snapshot of the model's parameters and buffers, the optimizer's state, this rank's
+  /// generator and sampler position, and `extras`, for report(metrics, snapshot) to save. Waits
+  /// for the previous checkpoint's write first. Call it on every rank (rank 0 keeps the model and
+  /// optimizer state, which are replicated; every rank keeps its own generator and position).
+  template <class Module, class Optimizer>
+  checkpointer::Snapshot checkpoint(const Module& model, Optimizer& optimizer, Metrics extras = {}) {
+    static_assert(persists,
+                  "dtrain: ctx.checkpoint(model, optimizer) needs a Checkpointer that persists; this "
+                  "Trainer uses checkpointer::none. Add dtrain::checkpointer::directory<> to the "
+                  "Trainer's policies.");
+    const auto t0 = std::chrono::steady_clock::now();
+    wait_for_write();
+    checkpointer::Snapshot s;
+    if (who_.rank == 0) {
+      const torch::nn::Module* m = nullptr;
+      if constexpr (std::is_base_of_v<torch::nn::Module, Module>) m = &model;
+      else m = &static_cast<const torch::nn::Module&>(*model);
+      s.model = checkpointer::detail::named_state(*m, true);
+      s.has_model = true;
+      s.optimizer = checkpointer::detail::optimizer_bytes(optimizer);
+    }
+    s.extras = std::move(extras);
+    s.generator = checkpointer::detail::default_generator_state();
+    // A checkpoint after an epoch's last batch resumes at the next epoch's first.
+    if (epoch_batches_ > 0 && position_ >= epoch_batches_) {
+      s.epoch = epoch_ + 1;
+      s.position = 0;
+    } else {
+      s.epoch = epoch_;
+      s.position = position_;
+    }
+    s.steps = steps_;
+    stats_.blocked_s += seconds_since(t0);
+    return s;
+  }
+
+  /// The checkpoint this group resumed from (the newest valid one of the run directory, or
+  /// RunConfig::resume_from), or nothing for a fresh start. Its restore(model, optimizer) loads
+  /// both and this rank's generator; the epoch, sampler position and counters are restored already.
+  std::optional<checkpointer::Checkpoint> get_checkpoint() const { return resumed_; }
+
+  /// Time the training thread spent on checkpoints, and time the writes took.
+  const checkpointer::CheckpointStats& checkpoint_stats() const { return stats_; }
+
+  /// Batches of the Trainer's Sampler produced so far in the current epoch (the position a
+  /// checkpoint saves).
+  std::int64_t sampler_position() const { return position_; }
   /// report() calls made so far on this rank.
   std::int64_t reports() const { return reports_; }
 
@@ -188,6 +292,7 @@ class Context {
   /// Called by the Trainer when the loop returns: checks every rank reported equally often, waits
   /// for all, and writes the metrics table. Not for the loop to call.
   void finish() {
+    if constexpr (persists) wait_for_write();
     store_->set(launch::key(who_.attempt, "finished/" + std::to_string(who_.rank)),
                 launch::to_bytes(std::to_string(reports_)));
     arrive("finished", "the end of the train loop");
@@ -204,6 +309,135 @@ class Context {
   std::filesystem::path history_path() const { return run_.path() / "metrics.jsonl"; }
 
  private:
+  static double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  // The synchronised part of report(): the barrier, and rank 0's row appended to the history.
+  Metrics record(const Metrics& metrics) {
+    ++reports_;
+    arrive("report/" + std::to_string(reports_), "report() call " + std::to_string(reports_));
+    Metrics row = metrics;
+    row.try_emplace("iteration", reports_);
+    row.try_emplace("epoch", epoch_);
+    row.try_emplace("step", steps_);
+    row.try_emplace("timestamp", detail::unix_now());
+    if (who_.rank == 0) MetricsHistory::append_jsonl(history_path(), row);
+    return row;
+  }
+
+  // Rank 0 picks the checkpoint to resume from (warning about damaged ones), removes leftover
+  // temporary directories and cuts the history back to the checkpoint; every rank then restores
+  // its counters and sampler position from it.
+  void find_resume_point() {
+    namespace fs = std::filesystem;
+    const auto k = launch::key(who_.attempt, "checkpoint/resume");
+    if (who_.rank == 0) {
+      std::string answer;
+      try {
+        std::error_code ec;
+        for (const auto& e : fs::directory_iterator(run_.path(), ec))
+          if (e.path().filename().string().rfind(".tmp_checkpoint_", 0) == 0) fs::remove_all(e.path(), ec);
+        auto ck = checkpointer::latest_valid(run_.path());
+        if (!ck && run_.resume_from) {
+          std::string why;
+          ck = checkpointer::Checkpoint::open(*run_.resume_from, &why);
+          if (!ck)
+            throw ConfigError("RunConfig::resume_from " + run_.resume_from->string() +
+                              " cannot be resumed from: " + why + "; and " + run_.path().string() +
+                              " holds no valid checkpoint either. Point resume_from at a "
+                              "checkpoint_NNNNNN directory whose manifest verifies, or unset it to "
+                              "start afresh.");
+        }
+        MetricsHistory kept;
+        if (ck) {
+          const auto history = MetricsHistory::read_jsonl(history_path());
+          for (const auto& row : history.rows()) {
+            auto it = row.find("iteration");
+            if (it != row.end() && it->second.is_number() && it->second.number() <= static_cast<double>(ck->iteration()))
+              kept.push_back(row);
+          }
+          for (const auto& [iteration, dir] : checkpointer::list(run_.path()))
+            if (iteration <= ck->iteration())
+              if (auto c = checkpointer::Checkpoint::open(dir, nullptr, false))
+                index_.insert(index_.begin(), {iteration, dir, c->metrics()});
+          answer = ck->path().string();
+        }
+        const auto tmp = history_path().string() + ".tmp";
+        fs::remove(tmp);
+        for (const auto& row : kept.rows()) MetricsHistory::append_jsonl(tmp, row);
+        if (kept.empty()) fs::remove(history_path());
+        else fs::rename(tmp, history_path());
+      } catch (const std::exception& e) {
+        store_->set(k, launch::to_bytes(std::string("!") + e.what()));
+        throw;
+      }
+      store_->set(k, launch::to_bytes(answer));
+    }
+    const auto answer = launch::to_string(store_->get(k));
+    if (!answer.empty() && answer[0] == '!')
+      throw ConfigError("rank 0 could not choose a checkpoint to resume from: " + answer.substr(1));
+    if (answer.empty()) return;
+    resumed_ = checkpointer::Checkpoint::open(answer, nullptr, /*verify_files=*/false);  // rank 0 did
+    if (!resumed_) throw Error(answer + ": the checkpoint rank 0 chose cannot be opened on rank " + std::to_string(who_.rank));
+    resumed_->set_rank(who_.rank);
+    steps_ = resumed_->steps();
+    reports_ = resumed_->iteration();
+    first_epoch_ = epoch_ = resumed_->epoch();
+    if (auto s = resumed_->sampler_state(who_.rank)) {
+      first_epoch_ = epoch_ = s->first;
+      resume_position_ = position_ = s->second;
+    }
+    skip_pending_ = resume_position_ > 0;
+  }
+
+  void wait_for_write() {
+    if (!pending_.valid()) return;
+    const double took = pending_.get();  // rethrows what the write threw
+    stats_.write_s += took;
+    stats_.last_write_s = took;
+    ++stats_.written;
+  }
+
+  // Writes checkpoint `iteration`: every rank its own file, rank 0 the rest, the manifest and the
+  // rename once every rank's file is there. On a background thread under directory<true>.
+  void start_write(checkpointer::Snapshot&& snapshot, std::int64_t iteration, Metrics reported) {
+    const bool crash = who_.rank == 0 && who_.attempt == 0 && checkpointer::detail::fault_iteration() == iteration;
+    auto work = [this, s = std::move(snapshot), iteration, reported = std::move(reported), crash]() -> double {
+      const auto t0 = std::chrono::steady_clock::now();
+      const auto tmp = run_.path() / checkpointer::temporary_name(iteration);
+      std::filesystem::create_directories(tmp);
+      checkpointer::detail::write_rank_file(tmp, who_.rank, s);
+      const auto written = launch::key(who_.attempt, "checkpoint/" + std::to_string(iteration) + "/written");
+      store_->add(written, 1);
+      if (who_.rank != 0) return seconds_since(t0);
+      auto wait_for_ranks = [&] {
+        const auto deadline = std::chrono::steady_clock::now() + run_.collective_timeout;
+        while (store_->add(written, 0) < who_.world_size) {
+          if (abort_) return false;
+          if (std::chrono::steady_clock::now() > deadline)
+            throw WorkerError("rank 0 waited " + std::to_string(run_.collective_timeout.count()) +
+                              " ms for the other ranks' files of " + tmp.string());
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+        return true;
+      };
+      const auto dest = checkpointer::detail::commit(run_.path(), iteration, who_.world_size, s, reported, crash,
+                                                     wait_for_ranks);
+      if (dest.empty()) return seconds_since(t0);
+      index_.push_back({iteration, dest, reported});
+      checkpointer::retain(index_, run_.checkpoint);
+      return seconds_since(t0);
+    };
+    if constexpr (async_writes) {
+      pending_ = std::async(std::launch::async, std::move(work));
+    } else {
+      std::promise<double> done;
+      done.set_value(work());
+      pending_ = done.get_future();
+    }
+  }
+
   // A store-based barrier named `what` in errors: waits until every rank arrived at `name`,
   // failing fast when a rank failed or left the loop with fewer reports.
   void arrive(const std::string& name, const std::string& what) {
@@ -251,6 +485,16 @@ class Context {
   precision_state precision_;
   std::vector<std::unique_ptr<strategy_state>> strategies_;
   std::int64_t epoch_ = 0, steps_ = 0, reports_ = 0;
+  // Resume and sampler position (see shard()).
+  std::optional<checkpointer::Checkpoint> resumed_;
+  std::int64_t first_epoch_ = 0, resume_position_ = 0;
+  mutable std::int64_t position_ = 0, epoch_batches_ = 0;
+  mutable bool skip_pending_ = false;
+  // Checkpoint writing: at most one write in flight.
+  std::future<double> pending_;
+  std::atomic<bool> abort_{false};
+  checkpointer::CheckpointStats stats_;
+  std::vector<checkpointer::Entry> index_;  // rank 0: the checkpoints retention knows
 };
 
 DTRAIN_NAMESPACE_END

@@ -13,6 +13,8 @@
 #include <dtrain/backend/gloo.hpp>
 #include <dtrain/sampler/distributed.hpp>
 #include <dtrain/sampler/sequential.hpp>
+#include <dtrain/checkpointer/checkpoint.hpp>
+#include <dtrain/checkpointer/directory.hpp>
 #include <dtrain/checkpointer/none.hpp>
 #include <dtrain/strategy/ddp.hpp>
 #include <dtrain/precision/fp32.hpp>

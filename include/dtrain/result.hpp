@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <dtrain/checkpointer/checkpoint.hpp>
 #include <dtrain/error.hpp>
 #include <dtrain/metrics.hpp>
 
@@ -97,6 +98,9 @@ class MetricsHistory {
   std::vector<Metrics> rows_;
 };
 
+/// A checkpoint directory: path(), metrics(), load_model(module), restore(model, optimizer).
+using Checkpoint = checkpointer::Checkpoint;
+
 /// The outcome of Trainer::fit(), in the driver.
 struct Result {
   /// The last metrics rank 0 reported (empty if it never reported).
@@ -108,6 +112,19 @@ struct Result {
   std::filesystem::path path;
   /// How many times the worker group was restarted after a failure.
   int restarts = 0;
+
+  /// The newest checkpoint of the run whose manifest verifies (checkpointer::directory<>).
+  const std::optional<Checkpoint>& latest_checkpoint() const { return latest_; }
+  /// The best checkpoint by CheckpointConfig::score_attribute and score_order (the latest when no
+  /// score attribute is set).
+  const std::optional<Checkpoint>& best_checkpoint() const { return best_; }
+  void set_checkpoints(std::optional<Checkpoint> latest, std::optional<Checkpoint> best) {
+    latest_ = std::move(latest);
+    best_ = std::move(best);
+  }
+
+ private:
+  std::optional<Checkpoint> latest_, best_;
 };
 
 DTRAIN_NAMESPACE_END

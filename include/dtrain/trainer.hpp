@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -17,6 +18,7 @@
 #include <torch/nn/module.h>
 #include <torch/utils.h>
 
+#include <dtrain/checkpointer/checkpoint.hpp>
 #include <dtrain/config.hpp>
 #include <dtrain/context.hpp>
 #include <dtrain/data/dataset.hpp>
@@ -95,6 +97,10 @@ class Trainer {
   Result fit(Loop&& loop) {
     scaling_.validate();
     run_.validate();
+    if (!policies::checkpointer::persists && run_.resume_from)
+      throw ConfigError("RunConfig::resume_from is set but the Trainer's Checkpointer is checkpointer::none, "
+                        "which neither writes nor reads checkpoints; add dtrain::checkpointer::directory<> "
+                        "to the Trainer's policies");
     if (auto who = launch::detect_worker()) run_worker(*who, loop);
     return drive(loop);
   }
@@ -149,12 +155,12 @@ class Trainer {
 
     const int n = scaling_.num_workers;
     const std::string threads = std::to_string(scaling_.threads_per_worker);
-    auto variables = [&](int rank) {
+    auto variables = [&](int rank, int attempt) {
       return std::vector<std::pair<std::string, std::string>>{
           {"RANK", std::to_string(rank)}, {"WORLD_SIZE", std::to_string(n)},
           {"LOCAL_RANK", std::to_string(rank)}, {"LOCAL_WORLD_SIZE", std::to_string(n)},
           {"GROUP_RANK", "0"}, {"MASTER_ADDR", addr}, {"MASTER_PORT", std::to_string(store->getPort())},
-          {launch::env_store_on_driver, "1"}, {launch::env_attempt, "0"},
+          {launch::env_store_on_driver, "1"}, {launch::env_attempt, std::to_string(attempt)},
           {"OMP_NUM_THREADS", threads}, {"OPENBLAS_NUM_THREADS", threads}};
     };
 
@@ -163,18 +169,52 @@ class Trainer {
     // does not survive fork, and CUDA cannot be used in a fork of a process that touched it. Other
     // workers are fresh processes of this executable, which run the code before fit() again.
     const bool fork_workers = scaling_.threads_per_worker == 1 && !policies::backend::uses_cuda;
+    // Each failure of a group, described; a new group (attempt + 1, fresh store keys) resumes from
+    // the latest valid checkpoint while there were at most max_failures of them.
+    std::vector<std::string> failures;
+    for (int attempt = 0;; ++attempt) {
+      auto failure = run_group(loop, *store, n, attempt, fork_workers, variables);
+      if (!failure) break;
+      failures.push_back(std::move(*failure));
+      const int allowed = run_.failure.max_failures;
+      if (allowed >= 0 && static_cast<int>(failures.size()) > allowed) {
+        std::string msg = failures.size() == 1 ? failures.front() : "training failed " + std::to_string(failures.size()) + " times";
+        if (failures.size() > 1)
+          for (std::size_t i = 0; i < failures.size(); ++i) msg += "; attempt " + std::to_string(i) + ": " + failures[i];
+        if (allowed > 0 || failures.size() > 1)
+          msg += " (FailureConfig::max_failures = " + std::to_string(allowed) + ")";
+        throw WorkerError(msg);
+      }
+      std::fprintf(stderr, "dtrain: %s; restarting the worker group (restart %zu of %s)\n", failures.back().c_str(),
+                   failures.size(), allowed < 0 ? "unlimited" : std::to_string(allowed).c_str());
+    }
+
+    Result result;
+    result.path = run_.path();
+    result.restarts = static_cast<int>(failures.size());
+    result.metrics_history = MetricsHistory::read_jsonl(run_.path() / "metrics.jsonl");
+    if (!result.metrics_history.empty()) result.metrics = result.metrics_history.rows().back();
+    if constexpr (policies::checkpointer::persists) find_checkpoints(result);
+    return result;
+  }
+
+  // Starts one group, waits for it; the description of its failure, or nothing when every rank
+  // ended with status 0. On the first abnormal end the rest are killed at once.
+  template <class Loop, class Variables>
+  std::optional<std::string> run_group(Loop& loop, c10d::Store& store, int n, int attempt, bool fork_workers,
+                                       Variables& variables) {
     launch::WorkerGroup group;
     for (int r = 0; r < n; ++r) {
       if (fork_workers) {
         group.start_fork([&] {
-          for (const auto& [k, v] : variables(r)) ::setenv(k.c_str(), v.c_str(), 1);
+          for (const auto& [k, v] : variables(r, attempt)) ::setenv(k.c_str(), v.c_str(), 1);
           run_worker(*launch::detect_worker(), loop);
         });
       } else {
         std::vector<std::string> names;
-        for (const auto& [k, v] : variables(r)) names.push_back(k);
+        for (const auto& [k, v] : variables(r, attempt)) names.push_back(k);
         auto env = launch::current_environment(names);
-        for (const auto& [k, v] : variables(r)) env.push_back(k + "=" + v);
+        for (const auto& [k, v] : variables(r, attempt)) env.push_back(k + "=" + v);
         group.start_exec(launch::own_command_line(), env);
       }
     }
@@ -188,21 +228,36 @@ class Trainer {
       // One rank failed: stop the rest at once, then say who failed first and why.
       group.kill_all();
       group.reap_all();
-      throw WorkerError(describe_failure(*store, *ended, n));
+      return describe_failure(store, *ended, n, attempt);
     }
+    return std::nullopt;
+  }
 
-    Result result;
-    result.path = run_.path();
-    result.metrics_history = MetricsHistory::read_jsonl(run_.path() / "metrics.jsonl");
-    if (!result.metrics_history.empty()) result.metrics = result.metrics_history.rows().back();
-    return result;
+  // Result::latest_checkpoint() and best_checkpoint(): the valid checkpoints left in the run
+  // directory (damaged ones are reported on stderr and passed over).
+  void find_checkpoints(Result& result) const {
+    std::optional<Checkpoint> latest, best;
+    const bool higher = run_.checkpoint.score_order == ScoreOrder::max;
+    for (const auto& [iteration, dir] : checkpointer::list(run_.path())) {
+      std::string why;
+      auto c = Checkpoint::open(dir, &why);
+      if (!c) {
+        std::fprintf(stderr, "dtrain: warning: checkpoint %s is damaged (%s); it is not reported\n", dir.c_str(), why.c_str());
+        continue;
+      }
+      if (!latest) latest = c;
+      if (!best || checkpointer::scores_better(c->metrics(), c->iteration(), best->metrics(), best->iteration(),
+                                               run_.checkpoint.score_attribute, higher))
+        best = c;
+    }
+    result.set_checkpoints(std::move(latest), std::move(best));
   }
 
   // The rank whose error was recorded first is the cause; the others usually lost their peer.
-  static std::string describe_failure(c10d::Store& store, const launch::ExitStatus& ended, int n) {
+  static std::string describe_failure(c10d::Store& store, const launch::ExitStatus& ended, int n, int attempt) {
     std::vector<std::pair<double, std::string>> errors;
     for (int r = 0; r < n; ++r) {
-      const auto k = launch::key(0, "error/" + std::to_string(r));
+      const auto k = launch::key(attempt, "error/" + std::to_string(r));
       if (!store.check({k})) continue;
       const auto text = launch::to_string(store.get(k));
       const auto space = text.find(' ');

@@ -43,8 +43,11 @@ concept SamplerPolicy = PolicyOf<S, category::sampler> && requires(std::int64_t 
   { S::indices(n, r, r, e) } -> std::same_as<std::vector<std::int64_t>>;
 };
 
-/// Checkpointer. Minimal complete definition: `static constexpr bool persists`.
-/// Models: checkpointer::none.
+/// Checkpointer. Minimal complete definition: `static constexpr bool persists`; optionally
+/// `asynchronous` (write on a background thread; false when absent).
+/// Laws: with persists, a checkpoint directory is complete (its manifest verifies) or absent, and
+/// retention never removes the latest or the best one.
+/// Models: checkpointer::directory<>, checkpointer::none.
 template <class C>
 concept CheckpointerPolicy = PolicyOf<C, category::checkpointer> && requires {
   { C::persists } -> std::convertible_to<bool>;

@@ -10,6 +10,7 @@
 #include <boost/hana/union.hpp>
 
 #include <dtrain/backend/gloo.hpp>
+#include <dtrain/checkpointer/directory.hpp>
 #include <dtrain/checkpointer/none.hpp>
 #include <dtrain/policy/category.hpp>
 #include <dtrain/policy/concepts.hpp>
@@ -51,7 +52,7 @@ constexpr bool checked_is_policy() {
   static_assert(Policy<P>,
                 "dtrain::Trainer<Model, Dataset, Policies...>: this argument is not a dtrain policy "
                 "(it has no nested `using category = dtrain::category::<area>;`). Pass policies such as "
-                "dtrain::backend::gloo, dtrain::sampler::distributed<>, dtrain::checkpointer::none, "
+                "dtrain::backend::gloo, dtrain::sampler::distributed<>, dtrain::checkpointer::directory<>, "
                 "dtrain::strategy::ddp<> or dtrain::precision::fp32; a policy of your own declares "
                 "its category.");
   return Policy<P>;
@@ -65,7 +66,8 @@ constexpr bool checked_one_per_category() {
                 "dtrain::Trainer: two Sampler policies given; keep exactly one "
                 "(sampler::distributed<> or sampler::sequential).");
   static_assert(count<category::checkpointer, Ps...> <= 1,
-                "dtrain::Trainer: two Checkpointer policies given; keep exactly one (checkpointer::none).");
+                "dtrain::Trainer: two Checkpointer policies given; keep exactly one "
+                "(checkpointer::directory<> or checkpointer::none).");
   static_assert(count<category::strategy, Ps...> <= 1,
                 "dtrain::Trainer: two Strategy policies given; keep exactly one (strategy::ddp<>).");
   static_assert(count<category::precision, Ps...> <= 1,

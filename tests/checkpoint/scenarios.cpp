@@ -1,0 +1,131 @@
+// Checkpoint scenarios: a real driver with real workers over Gloo on loopback, checkpointing with
+// checkpointer::directory<>. test_checkpoint.cpp runs this program and checks what it prints, the
+// files it leaves and the parameters it saves.
+//
+//   checkpoint_scenarios --name NAME [--storage DIR] [--workers N] [--steps K] [--every E]
+//       [--kill-step S] [--kill-always 1] [--max-failures F] [--keep N] [--score ATTR]
+//       [--order min|max] [--resume-from DIR] [--fault-iteration I] [--out FILE] [--sync 1]
+
+#include <dtrain/dtrain.hpp>
+
+#include <csignal>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include <torch/torch.h>
+
+namespace {
+
+struct Args {
+  std::string name = "run", storage = "checkpoint_runs", out, score, order = "max", resume_from;
+  int workers = 2, steps = 40, every = 5, kill_step = -1, max_failures = 0, keep = 0;
+  bool kill_always = false;
+  std::int64_t batch = 32;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string f = argv[i], v = argv[i + 1];
+    if (f == "--name") a.name = v;
+    else if (f == "--storage") a.storage = v;
+    else if (f == "--workers") a.workers = std::stoi(v);
+    else if (f == "--steps") a.steps = std::stoi(v);
+    else if (f == "--every") a.every = std::stoi(v);
+    else if (f == "--kill-step") a.kill_step = std::stoi(v);
+    else if (f == "--kill-always") a.kill_always = v == "1";
+    else if (f == "--max-failures") a.max_failures = std::stoi(v);
+    else if (f == "--keep") a.keep = std::stoi(v);
+    else if (f == "--score") a.score = v;
+    else if (f == "--order") a.order = v;
+    else if (f == "--resume-from") a.resume_from = v;
+    else if (f == "--fault-iteration") ::setenv("DTRAIN_FAULT_CHECKPOINT_WRITE", v.c_str(), 1);
+    else if (f == "--out") a.out = v;
+    else if (f == "--batch") a.batch = std::stoll(v);
+    else if (f == "--tag") {}  // only marks the processes
+    else throw std::invalid_argument("unknown flag " + f);
+  }
+  return a;
+}
+
+dtrain::data::TensorDataset synthetic(std::int64_t n, std::int64_t features) {
+  auto gen = at::detail::createCPUGenerator(1234);
+  auto x = at::randn({n, features}, gen);
+  auto y = at::randint(0, 10, {n}, gen);
+  return {x, y};
+}
+
+// Dropout draws from each rank's generator, and momentum keeps optimizer state: an exact resume
+// needs both restored.
+torch::nn::Sequential small_model() {
+  using namespace torch::nn;
+  return Sequential(Linear(20, 32), Tanh(), Dropout(0.2), Linear(32, 32), Tanh(), Linear(32, 10));
+}
+
+using Trainer = dtrain::Trainer<torch::nn::Sequential, dtrain::data::TensorDataset,
+                                dtrain::checkpointer::directory<>>;
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Args a = parse(argc, argv);
+  const auto data = synthetic(1024, 20);
+  dtrain::RunConfig run{.storage_path = a.storage, .name = a.name,
+                        .rendezvous_timeout = std::chrono::seconds(20),
+                        .collective_timeout = std::chrono::seconds(20)};
+  run.checkpoint = {.num_to_keep = a.keep, .score_attribute = a.score,
+                    .score_order = a.order == "min" ? dtrain::ScoreOrder::min : dtrain::ScoreOrder::max};
+  run.failure.max_failures = a.max_failures;
+  if (!a.resume_from.empty()) run.resume_from = a.resume_from;
+  Trainer trainer({.num_workers = a.workers}, run);
+
+  const auto result = trainer.fit([&](Trainer::context& ctx) {
+    torch::manual_seed(ctx.world_rank() + 7);
+    auto model = ctx.prepare_model(small_model());
+    torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+    if (auto ck = ctx.get_checkpoint()) {
+      ck->restore(model, sgd);
+      if (ctx.world_rank() == 0)
+        std::cerr << "RESUMED " << ck->path().string() << " steps=" << ck->steps() << std::endl;
+    }
+    model->train();
+    for (auto epoch : ctx.epochs(1000)) {
+      (void)epoch;
+      for (auto batch : ctx.shard(data, a.batch)) {
+        if (ctx.steps() == a.steps) break;
+        if (ctx.world_rank() == 1 && ctx.steps() == a.kill_step && (a.kill_always || ctx.attempt() == 0))
+          std::raise(SIGKILL);
+        sgd.zero_grad();
+        auto loss = torch::nn::functional::cross_entropy(model->forward(batch.data), batch.target);
+        ctx.backward(loss);
+        ctx.step(sgd);
+        if (ctx.steps() % a.every == 0) {
+          const auto s = ctx.steps();
+          ctx.report({{"loss", loss.item<double>()}, {"score", (s * 7) % 11}},
+                     ctx.checkpoint(model, sgd, {{"extra_steps", s}}));
+        }
+      }
+      if (ctx.steps() == a.steps) break;
+    }
+    if (ctx.world_rank() == 0) {
+      if (!a.out.empty()) {
+        std::vector<torch::Tensor> params;
+        for (const auto& p : model->parameters()) params.push_back(p.detach().clone());
+        torch::save(params, a.out);
+      }
+      const auto& st = ctx.checkpoint_stats();
+      std::cerr << "STATS blocked_s=" << st.blocked_s << " write_s=" << st.write_s << " written=" << st.written
+                << std::endl;
+    }
+  });
+  std::cout << "RESULT restarts=" << result.restarts << " rows=" << result.metrics_history.size()
+            << " latest=" << (result.latest_checkpoint() ? result.latest_checkpoint()->path().string() : "-")
+            << " best=" << (result.best_checkpoint() ? result.best_checkpoint()->path().string() : "-");
+  for (const auto& [k, v] : result.metrics) std::cout << ' ' << k << '=' << v.text();
+  std::cout << std::endl;
+  return 0;
+} catch (const dtrain::Error& e) {
+  std::cout << "ERROR " << e.what() << std::endl;
+  return 3;
+}

@@ -1,0 +1,303 @@
+// Checkpoint tests: the checkpoint scenarios program is a real driver with real workers over Gloo
+// on loopback and checkpointer::directory<>. These tests run it, kill its workers (SIGKILL, a crash
+// inside a checkpoint write), damage its files, and check what it resumes from and ends with.
+
+#include "../dtrain_catch.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include <dtrain/checkpointer/checkpoint.hpp>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  int status = -1;
+  std::string output;
+};
+
+// A fresh directory per test, removed when the test passes.
+struct Sandbox {
+  fs::path dir;
+  Sandbox() {
+    std::random_device rd;
+    dir = fs::temp_directory_path() / ("dtrain_checkpoint_" + std::to_string(rd()) + std::to_string(getpid()));
+    fs::create_directories(dir);
+  }
+  fs::path storage() const { return dir / "runs"; }
+  fs::path run(const std::string& name) const { return storage() / name; }
+  fs::path file(const std::string& name) const { return dir / name; }
+
+  // Runs the scenarios program in the sandbox; stdout and stderr together.
+  Run scenario(const std::string& args) const {
+    const std::string cmd = "cd '" + dir.string() + "' && '" + SCENARIOS_BIN + "' --storage '" +
+                            storage().string() + "' " + args + " 2>&1";
+    Run r;
+    FILE* p = popen(cmd.c_str(), "r");
+    REQUIRE(p != nullptr);
+    char buf[4096];
+    while (std::fgets(buf, sizeof buf, p)) r.output += buf;
+    const int st = pclose(p);
+    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return r;
+  }
+};
+
+std::string field(const std::string& out, const std::string& key) {
+  const auto at = out.find(" " + key + "=");
+  REQUIRE(at != std::string::npos);
+  const auto begin = at + key.size() + 2;
+  return out.substr(begin, out.find_first_of(" \n", begin) - begin);
+}
+
+std::vector<torch::Tensor> load_params(const fs::path& p) {
+  std::vector<torch::Tensor> v;
+  torch::load(v, p.string());
+  return v;
+}
+
+// Bitwise: same shapes, dtypes and every element equal.
+bool same_params(const fs::path& a, const fs::path& b) {
+  const auto x = load_params(a), y = load_params(b);
+  if (x.size() != y.size() || x.empty()) return false;
+  for (std::size_t i = 0; i < x.size(); ++i)
+    if (x[i].scalar_type() != y[i].scalar_type() || !torch::equal(x[i], y[i])) return false;
+  return true;
+}
+
+std::set<std::string> checkpoint_dirs(const fs::path& run) {
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(run))
+    if (e.is_directory()) names.insert(e.path().filename().string());
+  return names;
+}
+
+std::string hex_of(const torch::Tensor& t) {
+  const auto c = t.contiguous();
+  const auto* p = static_cast<const unsigned char*>(c.data_ptr());
+  std::ostringstream os;
+  for (std::int64_t i = 0; i < c.numel() * static_cast<std::int64_t>(c.element_size()); ++i)
+    os << "0123456789abcdef"[p[i] >> 4] << "0123456789abcdef"[p[i] & 15];
+  return os.str();
+}
+
+// The uninterrupted reference run: 40 steps (over an epoch boundary), a checkpoint every 5.
+Run reference(const Sandbox& box) {
+  auto r = box.scenario("--name ref --steps 40 --every 5 --out ref.pt");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  REQUIRE(field(r.output, "restarts") == "0");
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("a worker killed by SIGKILL mid-epoch is restarted and ends bitwise equal to an uninterrupted run") {
+  Sandbox box;
+  const auto ref = reference(box);
+  // Step 23: after checkpoint 4 (step 20), not on a checkpoint step; step 37: in the second epoch.
+  for (int kill : {23, 37}) {
+    const std::string name = "kill" + std::to_string(kill);
+    auto r = box.scenario("--name " + name + " --steps 40 --every 5 --kill-step " + std::to_string(kill) +
+                          " --max-failures 1 --out " + name + ".pt");
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    CHECK(field(r.output, "restarts") == "1");
+    CHECK_THAT(r.output, Catch::Contains("rank 1 was killed by signal 9"));
+    CHECK_THAT(r.output, Catch::Contains("RESUMED"));
+    CHECK(same_params(box.file("ref.pt"), box.file(name + ".pt")));
+    // The metrics history continues: 8 reports, as without the kill, and the same last loss.
+    CHECK(field(r.output, "rows") == "8");
+    CHECK(field(r.output, "loss") == field(ref.output, "loss"));
+  }
+}
+
+TEST_CASE("without restarts left, fit() throws WorkerError naming each failure") {
+  Sandbox box;
+  auto r = box.scenario("--name fail --steps 40 --every 5 --kill-step 23 --kill-always 1 --max-failures 1");
+  INFO(r.output);
+  CHECK(r.status == 3);
+  CHECK_THAT(r.output, Catch::Contains("training failed 2 times") && Catch::Contains("attempt 0: ") &&
+                           Catch::Contains("attempt 1: ") && Catch::Contains("rank 1 was killed by signal 9") &&
+                           Catch::Contains("max_failures = 1"));
+}
+
+TEST_CASE("a crash inside a checkpoint write leaves the previous checkpoint valid, and the run resumes from it") {
+  Sandbox box;
+  reference(box);
+  // Rank 0 _exits halfway through model.pt of checkpoint 3, before the rename.
+  auto r = box.scenario("--name crash --steps 40 --every 5 --fault-iteration 3 --max-failures 1 --out crash.pt");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(field(r.output, "restarts") == "1");
+  CHECK_THAT(r.output, Catch::Contains("rank 0 exited with status 9"));
+  CHECK_THAT(r.output, Catch::Contains("RESUMED " + box.run("crash").string() + "/checkpoint_000002 steps=10"));
+  CHECK(same_params(box.file("ref.pt"), box.file("crash.pt")));
+  // The half-written temporary directory is gone; checkpoint 3 was written again, whole.
+  for (const auto& name : checkpoint_dirs(box.run("crash"))) CHECK(name.rfind(".tmp", 0) != 0);
+  CHECK(dtrain::checkpointer::Checkpoint::verify(box.run("crash") / "checkpoint_000003").empty());
+}
+
+TEST_CASE("truncated, bit-flipped and unfinished checkpoints are detected, reported and fallen back from") {
+  Sandbox box;
+  reference(box);
+  // A run stopped after 20 steps (checkpoints 1-4), damaged, then continued to 40 steps.
+  auto first = box.scenario("--name hurt --steps 20 --every 5");
+  INFO(first.output);
+  REQUIRE(first.status == 0);
+  const auto run = box.run("hurt");
+  const auto c4 = run / "checkpoint_000004", c3 = run / "checkpoint_000003";
+  fs::resize_file(c4 / "model.pt", fs::file_size(c4 / "model.pt") / 2);  // truncated
+  {
+    std::fstream f(c3 / "optimizer.pt", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(100);
+    char byte = 0;
+    f.read(&byte, 1);
+    byte ^= 0x10;  // one bit flipped
+    f.seekp(100);
+    f.write(&byte, 1);
+  }
+  CHECK_THAT(dtrain::checkpointer::Checkpoint::verify(c4), Catch::Contains("model.pt") && Catch::Contains("truncated"));
+  CHECK_THAT(dtrain::checkpointer::Checkpoint::verify(c3), Catch::Contains("optimizer.pt") && Catch::Contains("CRC-32"));
+  // A half-written checkpoint from a crash: a temporary directory without a manifest.
+  fs::create_directories(run / ".tmp_checkpoint_000005");
+  std::ofstream(run / ".tmp_checkpoint_000005" / "model.pt") << "half";
+
+  auto r = box.scenario("--name hurt --steps 40 --every 5 --out hurt.pt");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("checkpoint " + c4.string() + " is damaged"));
+  CHECK_THAT(r.output, Catch::Contains("checkpoint " + c3.string() + " is damaged"));
+  CHECK_THAT(r.output, Catch::Contains("RESUMED " + (run / "checkpoint_000002").string() + " steps=10"));
+  CHECK(same_params(box.file("ref.pt"), box.file("hurt.pt")));
+  CHECK_FALSE(fs::exists(run / ".tmp_checkpoint_000005"));
+  CHECK(field(r.output, "rows") == "8");
+  // The damaged ones were written again, whole.
+  CHECK(dtrain::checkpointer::Checkpoint::verify(c4).empty());
+  CHECK(dtrain::checkpointer::Checkpoint::verify(c3).empty());
+
+  SECTION("a checkpoint without its manifest is not valid either") {
+    fs::remove(run / "checkpoint_000008" / "manifest.json");
+    CHECK_THAT(dtrain::checkpointer::Checkpoint::verify(run / "checkpoint_000008"), Catch::Contains("no manifest"));
+    auto again = box.scenario("--name hurt --steps 40 --every 5");
+    INFO(again.output);
+    CHECK_THAT(again.output, Catch::Contains("checkpoint " + (run / "checkpoint_000008").string() + " is damaged"));
+    CHECK_THAT(again.output, Catch::Contains("RESUMED " + (run / "checkpoint_000007").string()));
+  }
+}
+
+TEST_CASE("resume_from: an explicit checkpoint is resumed from, and a damaged one with nothing else valid is a clear error") {
+  Sandbox box;
+  reference(box);
+  auto r = box.scenario("--name other --steps 40 --every 5 --resume-from " +
+                        (box.run("ref") / "checkpoint_000004").string() + " --out other.pt");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("RESUMED " + (box.run("ref") / "checkpoint_000004").string() + " steps=20"));
+  CHECK(same_params(box.file("ref.pt"), box.file("other.pt")));
+
+  const auto bad = box.run("ref") / "checkpoint_000005";
+  fs::resize_file(bad / "state.json", 3);
+  auto e = box.scenario("--name fresh --steps 40 --every 5 --resume-from " + bad.string());
+  INFO(e.output);
+  CHECK(e.status == 3);
+  CHECK_THAT(e.output, Catch::Contains("resume_from " + bad.string() + " cannot be resumed from") &&
+                           Catch::Contains("state.json"));
+}
+
+TEST_CASE("retention keeps num_to_keep by score, plus the latest and the best") {
+  Sandbox box;
+  // Scores by iteration 1..8: 2 4 6 8 10 1 3 5. Keep 2 by max score: 5 (10) and 4 (8); plus 8 (latest).
+  auto r = box.scenario("--name keep --steps 40 --every 5 --keep 2 --score score --order max");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const auto run = box.run("keep");
+  CHECK(checkpoint_dirs(run) == std::set<std::string>{"checkpoint_000004", "checkpoint_000005", "checkpoint_000008"});
+  CHECK(field(r.output, "best") == (run / "checkpoint_000005").string());
+  CHECK(field(r.output, "latest") == (run / "checkpoint_000008").string());
+
+  // By min score, keeping 1: 6 (score 1) is best; 8 is the latest.
+  auto m = box.scenario("--name keepmin --steps 40 --every 5 --keep 1 --score score --order min");
+  INFO(m.output);
+  REQUIRE(m.status == 0);
+  CHECK(checkpoint_dirs(box.run("keepmin")) == std::set<std::string>{"checkpoint_000006", "checkpoint_000008"});
+  CHECK(field(m.output, "best") == (box.run("keepmin") / "checkpoint_000006").string());
+
+  // By recency, keeping 3.
+  auto n = box.scenario("--name recent --steps 40 --every 5 --keep 3");
+  REQUIRE(n.status == 0);
+  CHECK(checkpoint_dirs(box.run("recent")) ==
+        std::set<std::string>{"checkpoint_000006", "checkpoint_000007", "checkpoint_000008"});
+}
+
+TEST_CASE("a checkpoint's model state loads in Python's torch.load with equal tensors") {
+  Sandbox box;
+  reference(box);
+  auto latest = dtrain::checkpointer::Checkpoint::open(box.run("ref") / "checkpoint_000008");
+  REQUIRE(latest);
+  CHECK(latest->iteration() == 8);
+  CHECK(latest->steps() == 40);
+  CHECK(latest->extras().at("extra_steps").number() == 40);
+  CHECK(latest->metrics().at("score").number() == 5);
+  // C++: the pickle read back equals the parameters the run saved with torch::save.
+  const auto state = latest->model_state();
+  const auto params = load_params(box.file("ref.pt"));
+  const std::vector<std::string> names{"0.weight", "0.bias", "3.weight", "3.bias", "5.weight", "5.bias"};
+  REQUIRE(state.size() == names.size());
+  for (std::size_t i = 0; i < names.size(); ++i) CHECK(torch::equal(state.at(names[i]), params[i]));
+  // load_model into a fresh module of the same shape.
+  using namespace torch::nn;
+  auto fresh = Sequential(Linear(20, 32), Tanh(), Dropout(0.2), Linear(32, 32), Tanh(), Linear(32, 10));
+  latest->load_model(fresh);
+  CHECK(torch::equal(fresh->named_parameters()["5.weight"], params[4]));
+
+  // Python: torch.load gives a dict of tensors; it prints each as name, dtype, shape and bytes.
+  const std::string script =
+      "import sys, torch\n"
+      "d = torch.load(sys.argv[1])\n"
+      "assert isinstance(d, dict), type(d)\n"
+      "for k in sorted(d):\n"
+      "    t = d[k].contiguous()\n"
+      "    print(k, str(t.dtype), list(t.shape), t.numpy().tobytes().hex())\n";
+  const std::string cmd = std::string(PYTHON3) + " -c '" + script + "' '" +
+                          (latest->path() / "model.pt").string() + "' 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[1 << 16];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  const int st = pclose(p);
+  INFO(out.substr(0, 2000));
+  REQUIRE(WIFEXITED(st));
+  REQUIRE(WEXITSTATUS(st) == 0);
+  std::string expected;
+  for (const auto& [k, t] : state) {  // std::map: sorted as Python sorts them
+    std::string shape = "[";
+    for (std::int64_t i = 0; i < t.dim(); ++i) shape += (i ? ", " : "") + std::to_string(t.size(i));
+    expected += k + " torch.float32 " + shape + "] " + hex_of(t) + "\n";
+  }
+  CHECK(out == expected);
+}
+
+TEST_CASE("checkpoint writes run beside training and their cost is measured") {
+  Sandbox box;
+  auto r = box.scenario("--name stats --steps 40 --every 5");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("STATS blocked_s="));
+  CHECK(std::stod(field(r.output, "write_s")) > 0);
+  CHECK(std::stod(field(r.output, "written")) >= 7);
+}
