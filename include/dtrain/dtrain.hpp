@@ -23,6 +23,7 @@
 #include <dtrain/data/dataset.hpp>
 #include <dtrain/data/fashion_mnist.hpp>
 #include <dtrain/data/shard.hpp>
+#include <dtrain/evaluation/classification.hpp>
 
 #include <dtrain/launch/environment.hpp>
 #include <dtrain/launch/process.hpp>
