@@ -1,0 +1,25 @@
+// One of the two translation units of dtrain_odr_check, each including all of dtrain and running
+// the same code (second.cpp also holds main). A non-inline definition in a header fails the link;
+// one with internal linkage shows up as two addresses.
+
+#include "probe.hpp"
+
+#include <dtrain/dtrain.hpp>
+
+namespace odr {
+
+probe first() {
+  using sampler = dtrain::sampler::distributed<7>;
+  using policies = dtrain::policy::set<dtrain::precision::amp<dtrain::precision::bf16>>;
+  dtrain::data::TensorDataset dataset(torch::zeros({10, 2}), torch::arange(10));
+  dtrain::ScalingConfig{.num_workers = 2}.validate();
+  return {&dtrain::strategy::kDefaultBucketBytesCap,
+          &dtrain::policy::defaults,
+          reinterpret_cast<const void*>(&dtrain::launch::detect_worker),
+          reinterpret_cast<const void*>(&sampler::indices),
+          &policies::precision::name,
+          sampler::indices(dataset.size(), 1, 3, 2),
+          dataset.size()};
+}
+
+}  // namespace odr
