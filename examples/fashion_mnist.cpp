@@ -2,10 +2,16 @@
 // (../shared/peers/torch_ddp_peer.py), ending with one JSON line of the peer's keys.
 //
 //   fashion_mnist --workers 2 --model cnn --epochs 1
+//
+// Every epoch ends with a test-set evaluation and a checkpoint (checkpointer::directory<>; the 2
+// best by test accuracy are kept, beside the latest). --max-failures N restarts the workers after
+// a failure, from the latest checkpoint; --resume continues an earlier run of the same
+// --storage-path and --name from its latest checkpoint (without it a run starts afresh).
 
 #include <dtrain/dtrain.hpp>
 
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -25,12 +31,15 @@ struct Options {
   std::string data_dir = dtrain::data::FashionMnist::default_directory;
   std::string storage_path = "dtrain_runs", name = "fashion_mnist";
   std::uint64_t seed = 0;
+  int max_failures = 0, keep = 2;
+  bool resume = false;
 };
 
 constexpr const char* usage =
     "usage: fashion_mnist [--model cnn|mlp] [--workers N] [--threads-per-worker N]\n"
     "                     [--global-batch N] [--epochs N] [--max-steps N] [--data-dir DIR]\n"
-    "                     [--storage-path DIR] [--name NAME] [--seed N]\n";
+    "                     [--storage-path DIR] [--name NAME] [--seed N]\n"
+    "                     [--max-failures N] [--keep-checkpoints N] [--resume]\n";
 
 [[noreturn]] void usage_error(const std::string& why) {
   std::cerr << "fashion_mnist: " << why << "\n" << usage;
@@ -44,6 +53,10 @@ Options parse(int argc, char** argv) {
     if (flag == "--help" || flag == "-h") {
       std::cout << usage;
       std::exit(0);
+    }
+    if (flag == "--resume") {
+      o.resume = true;
+      continue;
     }
     if (auto eq = flag.find('='); eq != std::string::npos) {
       value = flag.substr(eq + 1);
@@ -76,6 +89,8 @@ Options parse(int argc, char** argv) {
     else if (flag == "--storage-path") o.storage_path = value;
     else if (flag == "--name") o.name = value;
     else if (flag == "--seed") o.seed = static_cast<std::uint64_t>(integer(0));
+    else if (flag == "--max-failures") o.max_failures = static_cast<int>(integer(-1));
+    else if (flag == "--keep-checkpoints") o.keep = static_cast<int>(integer(0));
     else usage_error("unknown flag " + flag);
   }
   if (o.global_batch % o.workers != 0)
@@ -96,7 +111,7 @@ torch::nn::Sequential make_model(const std::string& name) {
 
 using Trainer = dtrain::Trainer<torch::nn::Sequential, dtrain::data::FashionMnist,
                                 dtrain::backend::gloo, dtrain::sampler::distributed<>,
-                                dtrain::strategy::ddp<>>;
+                                dtrain::checkpointer::directory<>, dtrain::strategy::ddp<>>;
 
 }  // namespace
 
@@ -104,53 +119,73 @@ int main(int argc, char** argv) try {
   const Options opt = parse(argc, argv);
   const auto data = dtrain::data::FashionMnist::load(opt.data_dir);  // runs on every worker
 
-  Trainer trainer({.num_workers = opt.workers, .threads_per_worker = opt.threads_per_worker},
-                  {.storage_path = opt.storage_path, .name = opt.name});
+  dtrain::RunConfig run{.storage_path = opt.storage_path, .name = opt.name};
+  run.checkpoint = {.num_to_keep = opt.keep, .score_attribute = "test_accuracy",
+                    .score_order = dtrain::ScoreOrder::max};
+  run.failure.max_failures = opt.max_failures;
+  // A fresh run unless --resume: the driver (only it: workers are started with RANK set, also on a
+  // restart) removes the checkpoints an earlier run left under this name.
+  if (!opt.resume && !dtrain::launch::detect_worker())
+    for (const auto& [iteration, dir] : dtrain::checkpointer::list(run.path())) std::filesystem::remove_all(dir);
+  Trainer trainer({.num_workers = opt.workers, .threads_per_worker = opt.threads_per_worker}, run);
   const auto result = trainer.fit([&](Trainer::context& ctx) {
     torch::manual_seed(opt.seed);
     auto model = ctx.prepare_model(make_model(opt.model));
     torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(1e-3));
     const auto& train = data.train();
 
-    std::int64_t steps = 0, samples = 0;
-    double last_loss = std::nan(""), first_step_unix = 0;
-    model->train();
+    // Counters that a resumed run continues from its checkpoint's extras.
+    std::int64_t samples = 0;
+    double loop_s = 0, first_step_unix = 0;
+    if (auto ck = ctx.get_checkpoint()) {
+      ck->restore(model, adam);
+      samples = static_cast<std::int64_t>(ck->extras().at("samples").number());
+      loop_s = ck->extras().at("loop_s").number();
+      first_step_unix = ck->extras().at("first_step_unix").number();
+    }
+    auto done = [&] { return opt.max_steps && ctx.steps() >= *opt.max_steps; };
+    double last_loss = std::nan("");
     ctx.communicator().barrier();
-    const auto loop_start = std::chrono::steady_clock::now();
     for (auto epoch : ctx.epochs(opt.epochs)) {
       (void)epoch;
+      model->train();
+      const auto epoch_start = std::chrono::steady_clock::now();
       for (auto batch : ctx.shard(train, opt.global_batch)) {
+        if (done()) break;
         adam.zero_grad();
         auto loss = torch::nn::functional::cross_entropy(model->forward(batch.data), batch.target);
         ctx.backward(loss);
         ctx.step(adam);
-        if (++steps == 1) first_step_unix = dtrain::detail::unix_now();
+        if (first_step_unix == 0) first_step_unix = dtrain::detail::unix_now();
         samples += batch.target.size(0);
         last_loss = loss.item<double>();
-        if (opt.max_steps && steps >= *opt.max_steps) break;
       }
-      if (opt.max_steps && steps >= *opt.max_steps) break;
+      ctx.communicator().barrier();
+      loop_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
+      const double global_samples = ctx.all_reduce(static_cast<double>(samples), dtrain::reduce::sum);
+      const double final_loss = ctx.all_reduce(last_loss, dtrain::reduce::mean);
+
+      // Every rank evaluates its contiguous block of the test set; the counts add up exactly.
+      model->eval();
+      double correct = 0;
+      {
+        torch::NoGradGuard no_grad;
+        for (auto batch : ctx.shard<dtrain::sampler::sequential>(data.test(), 1000 * ctx.world_size()))
+          correct += model->forward(batch.data).argmax(1).eq(batch.target).sum().item<double>();
+      }
+      correct = ctx.all_reduce(correct, dtrain::reduce::sum);
+
+      ctx.report({{"steps", ctx.steps()},
+                  {"train_samples", static_cast<std::int64_t>(global_samples)},
+                  {"train_loop_s", loop_s},
+                  {"train_samples_per_s", global_samples / loop_s},
+                  {"first_step_unix", first_step_unix},
+                  {"final_train_loss", final_loss},
+                  {"test_accuracy", correct / static_cast<double>(data.test().size())}},
+                 ctx.checkpoint(model, adam, {{"samples", samples}, {"loop_s", loop_s},
+                                              {"first_step_unix", first_step_unix}}));
+      if (done()) break;
     }
-    ctx.communicator().barrier();
-    const double loop_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_start).count();
-    const double global_samples = ctx.all_reduce(static_cast<double>(samples), dtrain::reduce::sum);
-    const double final_loss = ctx.all_reduce(last_loss, dtrain::reduce::mean);
-
-    // Every rank evaluates its contiguous block of the test set; the counts add up exactly.
-    model->eval();
-    torch::NoGradGuard no_grad;
-    double correct = 0;
-    for (auto batch : ctx.shard<dtrain::sampler::sequential>(data.test(), 1000 * ctx.world_size()))
-      correct += model->forward(batch.data).argmax(1).eq(batch.target).sum().item<double>();
-    correct = ctx.all_reduce(correct, dtrain::reduce::sum);
-
-    ctx.report({{"steps", steps},
-                {"train_samples", static_cast<std::int64_t>(global_samples)},
-                {"train_loop_s", loop_s},
-                {"train_samples_per_s", global_samples / loop_s},
-                {"first_step_unix", first_step_unix},
-                {"final_train_loss", final_loss},
-                {"test_accuracy", correct / static_cast<double>(data.test().size())}});
   });
 
   // Only the driver gets here.
@@ -173,7 +208,14 @@ int main(int argc, char** argv) try {
       {"test_accuracy", round(m.at("test_accuracy").number(), 4)},
       {"run_dir", result.path.string()},
       {"wall_s", round(dtrain::detail::unix_now() - process_start, 3)},
+      {"restarts", result.restarts},
+      {"latest_checkpoint", result.latest_checkpoint() ? result.latest_checkpoint()->path().string() : ""},
   };
+  if (const auto& st = result.checkpoint_stats) {
+    line["checkpoint_blocked_s"] = round(st->blocked_s, 4);
+    line["checkpoint_write_s"] = round(st->write_s, 4);
+    line["checkpoints_written"] = st->written;
+  }
   if (opt.max_steps) line["max_steps"] = *opt.max_steps;
   std::cout << line.dump() << std::endl;
   return 0;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <memory>
 #include <optional>
@@ -304,6 +305,10 @@ class Context {
                           " times; every rank must call report() equally often");
     }
     if (who_.rank == 0) MetricsHistory::read_jsonl(history_path()).write_csv(run_.path() / "metrics.csv");
+    if (persists && who_.rank == 0) {
+      std::ofstream out(run_.path() / checkpointer::stats_file, std::ios::trunc);
+      out << nlohmann::json(stats_).dump() << '\n';
+    }
   }
 
   std::filesystem::path history_path() const { return run_.path() / "metrics.jsonl"; }

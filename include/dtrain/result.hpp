@@ -112,6 +112,9 @@ struct Result {
   std::filesystem::path path;
   /// How many times the worker group was restarted after a failure.
   int restarts = 0;
+  /// Under checkpointer::directory<>: how long rank 0's training thread was held up by
+  /// checkpoints, and how long their writes took (the last group's, from checkpoint_stats.json).
+  std::optional<checkpointer::CheckpointStats> checkpoint_stats;
 
   /// The newest checkpoint of the run whose manifest verifies (checkpointer::directory<>).
   const std::optional<Checkpoint>& latest_checkpoint() const { return latest_; }

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -251,6 +252,13 @@ class Trainer {
         best = c;
     }
     result.set_checkpoints(std::move(latest), std::move(best));
+    std::ifstream stats(run_.path() / checkpointer::stats_file);
+    if (stats) {
+      try {
+        result.checkpoint_stats = nlohmann::json::parse(stats).get<checkpointer::CheckpointStats>();
+      } catch (const std::exception&) {  // unreadable: the stats are optional
+      }
+    }
   }
 
   // The rank whose error was recorded first is the cause; the others usually lost their peer.

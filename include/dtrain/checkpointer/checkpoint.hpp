@@ -210,6 +210,21 @@ inline c10::Dict<std::string, at::Tensor> named_state(const torch::nn::Module& m
 
 }  // namespace detail
 
+/// How long checkpointing held up the training thread, and how long the writes took.
+struct CheckpointStats {
+  /// Checkpoints written (completed) by this rank.
+  std::int64_t written = 0;
+  /// Seconds the training thread spent in ctx.checkpoint() and in starting the write: waiting
+  /// for the previous write, cloning the state, serializing the optimizer.
+  double blocked_s = 0;
+  /// Seconds the writes took on the background thread (all of them, and the last one).
+  double write_s = 0, last_write_s = 0;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(CheckpointStats, written, blocked_s, write_s, last_write_s)
+
+inline constexpr const char* stats_file = "checkpoint_stats.json";
+
+
 /// One checkpoint directory on disk: where it is, what was reported with it, and how to load it.
 ///
 /// Obtained from Result::latest_checkpoint() / best_checkpoint() in the driver, or from

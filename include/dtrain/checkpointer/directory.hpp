@@ -50,17 +50,6 @@ struct Snapshot {
   std::int64_t epoch = 0, position = 0, steps = 0;
 };
 
-/// How long checkpointing held up the training thread, and how long the writes took.
-struct CheckpointStats {
-  /// Checkpoints written (completed) by this rank.
-  std::int64_t written = 0;
-  /// Seconds the training thread spent in ctx.checkpoint() and in starting the write: waiting
-  /// for the previous write, cloning the state, serializing the optimizer.
-  double blocked_s = 0;
-  /// Seconds the writes took on the background thread (all of them, and the last one).
-  double write_s = 0, last_write_s = 0;
-};
-
 /// A checkpoint known to the retention of a running group.
 struct Entry {
   std::int64_t iteration = 0;
