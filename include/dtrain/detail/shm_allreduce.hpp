@@ -6,10 +6,13 @@
 // out. For a 0.8 MB gradient on two ranks this takes a fraction of Gloo's time.
 
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <climits>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -30,6 +33,14 @@
 DTRAIN_NAMESPACE_BEGIN
 
 namespace detail {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 
 /// A shared segment for `world` ranks of one host, with one worker thread that runs the queued
 /// collectives in submission order (the order must be the same on every rank, as for any
@@ -100,9 +111,21 @@ class shm_channel {
   }
 
  private:
+  // A rank's barrier phase; 32 bits because it is also a futex word (shared between processes,
+  // so not FUTEX_PRIVATE). Phases are compared modulo 2^32.
   struct alignas(64) counter {
-    std::atomic<std::uint64_t> value;
+    std::atomic<std::uint32_t> value;
   };
+  static_assert(sizeof(std::atomic<std::uint32_t>) == 4, "a futex word is 32 bits");
+
+  static void futex_wake_all(std::atomic<std::uint32_t>* word) {
+    syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+  }
+  // Sleeps while *word == seen, at most `ns` nanoseconds (wakes early on any change).
+  static void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t seen, long ns) {
+    timespec ts{0, ns};
+    syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT, seen, &ts, nullptr, 0);
+  }
   std::size_t header_bytes() const { return ((world_ * sizeof(counter) + 4095) / 4096) * 4096; }
   counter& arrived(int r) { return reinterpret_cast<counter*>(base_)[r]; }
   char* slot(int r) { return base_ + header_bytes() + r * kSlotBytes; }
@@ -133,17 +156,24 @@ class shm_channel {
     }
   }
 
-  // Announces phase `phase` of this rank and waits for every rank to reach it.
+  // Announces this rank's next phase and waits for every rank to reach it: a short spin (a peer
+  // that is about to arrive costs no system call), then a futex sleep, so a waiting rank leaves its
+  // core to the computation of others (two workers on two cores must not spin against each other).
   void barrier() {
-    const std::uint64_t phase = ++phase_;
+    const std::uint32_t phase = ++phase_;
     arrived(rank_).value.store(phase, std::memory_order_release);
+    futex_wake_all(&arrived(rank_).value);
     const auto start = std::chrono::steady_clock::now();
     auto next_check = start + std::chrono::seconds(1);
     for (int r = 0; r < world_; ++r) {
-      for (std::uint64_t spins = 0; arrived(r).value.load(std::memory_order_acquire) < phase; ++spins) {
-        if (spins < 2000) continue;
-        std::this_thread::yield();
-        if ((spins & 1023) != 0) continue;
+      for (int spins = 0;; ++spins) {
+        const std::uint32_t seen = arrived(r).value.load(std::memory_order_acquire);
+        if (static_cast<std::int32_t>(seen - phase) >= 0) break;
+        if (spins < kSpins) {
+          cpu_relax();
+          continue;
+        }
+        futex_wait(&arrived(r).value, seen, 20'000'000);  // 20 ms, then look at the clock
         const auto now = std::chrono::steady_clock::now();
         if (now > start + timeout_)
           throw WorkerError("shared-memory collective: rank " + std::to_string(r) + " did not arrive within " +
@@ -200,7 +230,8 @@ class shm_channel {
   std::chrono::milliseconds timeout_;
   std::size_t bytes_ = 0;
   char* base_ = nullptr;
-  std::uint64_t phase_ = 0;
+  static constexpr int kSpins = 2000;  // a few microseconds
+  std::uint32_t phase_ = 0;
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<std::packaged_task<void()>> queue_;
