@@ -80,6 +80,9 @@ class Trainer {
 
  public:
   using policies = policy::set<Policies...>;
+  // Instantiates the policy set here, so a misconfigured Trainer is rejected where it is declared
+  // (with the set's own messages), not only once fit() is instantiated.
+  static_assert(sizeof(policies) > 0);
   using context = Context<policies>;
   using model_type = Model;
   using dataset_type = Dataset;
@@ -153,6 +156,17 @@ class Trainer {
     const auto addr = launch::detail::env("MASTER_ADDR").value_or("127.0.0.1");
     const int port = launch::detail::env_int("MASTER_PORT", 0);
     auto store = launch::host_store(addr, port, run_.rendezvous_timeout);
+
+    // A resume_from that cannot be used fails here, before any worker starts.
+    if constexpr (policies::checkpointer::persists) {
+      std::string why;
+      if (run_.resume_from && !checkpointer::latest_valid(run_.path(), /*warn=*/false) &&
+          !Checkpoint::open(*run_.resume_from, &why))
+        throw ConfigError("RunConfig::resume_from " + run_.resume_from->string() + " cannot be resumed from: " +
+                          why + "; and " + run_.path().string() +
+                          " holds no valid checkpoint either. Point resume_from at a checkpoint_NNNNNN "
+                          "directory whose manifest verifies, or unset it to start afresh.");
+    }
 
     const int n = scaling_.num_workers;
     const std::string threads = std::to_string(scaling_.threads_per_worker);
