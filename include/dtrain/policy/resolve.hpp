@@ -61,17 +61,17 @@ constexpr bool checked_is_policy() {
 template <class... Ps>
 constexpr bool checked_one_per_category() {
   static_assert(count<category::backend, Ps...> <= 1,
-                "dtrain::Trainer: two Backend policies given; keep exactly one (backend::gloo).");
+                "dtrain::Trainer: more than one Backend policy given; keep exactly one (backend::gloo).");
   static_assert(count<category::sampler, Ps...> <= 1,
-                "dtrain::Trainer: two Sampler policies given; keep exactly one "
+                "dtrain::Trainer: more than one Sampler policy given; keep exactly one "
                 "(sampler::distributed<> or sampler::sequential).");
   static_assert(count<category::checkpointer, Ps...> <= 1,
-                "dtrain::Trainer: two Checkpointer policies given; keep exactly one "
+                "dtrain::Trainer: more than one Checkpointer policy given; keep exactly one "
                 "(checkpointer::directory<> or checkpointer::none).");
   static_assert(count<category::strategy, Ps...> <= 1,
-                "dtrain::Trainer: two Strategy policies given; keep exactly one (strategy::ddp<>).");
+                "dtrain::Trainer: more than one Strategy policy given; keep exactly one (strategy::ddp<>).");
   static_assert(count<category::precision, Ps...> <= 1,
-                "dtrain::Trainer: two Precision policies given; keep exactly one "
+                "dtrain::Trainer: more than one Precision policy given; keep exactly one "
                 "(precision::fp32 or precision::amp<bf16>).");
   return ((count<category::backend, Ps...> <= 1) && (count<category::sampler, Ps...> <= 1) &&
           (count<category::checkpointer, Ps...> <= 1) && (count<category::strategy, Ps...> <= 1) &&
