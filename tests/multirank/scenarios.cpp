@@ -9,6 +9,7 @@
 //       rank 0's full parameters and buffers
 //   scenarios fsdp_memory --strategy ddp|fsdp    a ~9.5M-parameter MLP; reports the model state bytes
 //   scenarios fsdp_bad_optimizer                 fsdp<> with an optimizer over model->parameters()
+//   scenarios collectives --workers N            the communicator's flat allgather and reduce_scatter
 
 #include <dtrain/dtrain.hpp>
 
@@ -172,8 +173,47 @@ int run_sharded(const Args& a) {
 
 }  // namespace
 
+// The communicator's flat allgather and reduce_scatter, exactly, on the shared-memory path (float)
+// and on Gloo's TCP path (int64, which the shared-memory channel does not take).
+int run_collectives(const Args& a) {
+  Trainer trainer({.num_workers = a.workers}, {.storage_path = a.storage, .name = a.scenario});
+  const auto result = trainer.fit([&](Trainer::context& ctx) {
+    auto& comm = ctx.communicator();
+    const int n = ctx.world_size(), r = ctx.world_rank();
+    const std::int64_t piece = 5;
+    bool ok = true;
+    for (auto dtype : {torch::kFloat, torch::kInt64}) {
+      auto in = torch::full({piece}, r + 1, dtype);
+      auto out = torch::empty({piece * n}, dtype);
+      comm.allgather(out, in).wait();
+      for (int q = 0; q < n; ++q) ok = ok && out.narrow(0, q * piece, piece).eq(q + 1).all().item<bool>();
+      // in[i] = (rank + 1) * i, so rank q's piece of the sum is n(n+1)/2 * i over its slice.
+      auto flat = torch::arange(piece * n, dtype) * (r + 1);
+      auto mine = torch::empty({piece}, dtype);
+      comm.reduce_scatter(mine, flat, dtrain::reduce::sum).wait();
+      const auto want = torch::arange(r * piece, (r + 1) * piece, dtype) * (n * (n + 1) / 2);
+      ok = ok && torch::equal(mine, want);
+    }
+    auto flat = torch::ones({piece * n}) * (r + 1);
+    auto mean = torch::empty({piece});
+    comm.reduce_scatter(mean, flat, dtrain::reduce::mean).wait();
+    ok = ok && mean.eq((n + 1) / 2.0).all().item<bool>();
+    bool refused = false;
+    try {
+      auto wrong = torch::empty({piece + 1});
+      comm.allgather(wrong, torch::ones({piece}));
+    } catch (const dtrain::Error& e) {
+      refused = std::string(e.what()).find("size() * piece.numel()") != std::string::npos;
+    }
+    ctx.report({{"collectives_ok", ctx.all_reduce(ok && refused ? 1.0 : 0.0, dtrain::reduce::min)}});
+  });
+  std::cout << "RESULT collectives_ok=" << result.metrics.at("collectives_ok").text() << std::endl;
+  return 0;
+}
+
 int main(int argc, char** argv) try {
   const Args a = parse(argc, argv);
+  if (a.scenario == "collectives") return run_collectives(a);
   if (a.scenario.rfind("fsdp_", 0) == 0) {
     if (a.scenario == "fsdp_bad_optimizer" || a.strategy == "fsdp") return run_sharded<FsdpTrainer>(a);
     if (a.strategy == "fsdp_grad_op") return run_sharded<FsdpGradOpTrainer>(a);

@@ -260,6 +260,16 @@ TEST_CASE("killing the driver takes its workers with it", "[multirank][failure]"
 
 // ---- strategy::fsdp<>: sharded parameters, gradients and optimizer state ----
 
+TEST_CASE("gloo's flat allgather and emulated reduce_scatter give exact results", "[multirank][collectives]") {
+  const auto tag = unique_tag();
+  for (const int workers : {2, 3}) {
+    auto r = scenario("collectives --workers " + std::to_string(workers), tag);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    CHECK(metric(r.output, "collectives_ok") == 1);
+  }
+}
+
 namespace {
 // Largest elementwise difference relative to the largest magnitude, over every tensor.
 void check_close(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b, double tol) {
@@ -337,7 +347,7 @@ TEST_CASE("fsdp<> holds at most 0.6x ddp<>'s model state on 2 workers and 0.35x 
   CHECK(r4 == Approx(0.25).epsilon(0.01));
 }
 
-TEST_CASE("a ddp<> checkpoint loads into fsdp<> and back; fsdp<> resumes from its sharded optimizer", "[multirank][fsdp][checkpoint]") {
+TEST_CASE("a ddp<> checkpoint loads into fsdp<> and back, and fsdp<> resumes from its sharded optimizer state", "[multirank][fsdp][checkpoint]") {
   const auto tag = unique_tag();
   const auto tmp = fs::temp_directory_path();
   // Each run its own storage: a run directory with checkpoints would be resumed from.
