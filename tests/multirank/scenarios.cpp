@@ -173,8 +173,9 @@ int run_sharded(const Args& a) {
 
 }  // namespace
 
-// The communicator's flat allgather and reduce_scatter, exactly, on the shared-memory path (float)
-// and on Gloo's TCP path (int64, which the shared-memory channel does not take).
+// The communicator's flat allgather and reduce_scatter, exactly: through shared memory when the
+// driver starts the ranks (reduce_scatter of int64 still takes Gloo's path), through Gloo alone
+// when each rank says it is alone on its host (LOCAL_WORLD_SIZE=1 under an external launcher).
 int run_collectives(const Args& a) {
   Trainer trainer({.num_workers = a.workers}, {.storage_path = a.storage, .name = a.scenario});
   const auto result = trainer.fit([&](Trainer::context& ctx) {
@@ -205,7 +206,9 @@ int run_collectives(const Args& a) {
     } catch (const dtrain::Error& e) {
       refused = std::string(e.what()).find("size() * piece.numel()") != std::string::npos;
     }
-    ctx.report({{"collectives_ok", ctx.all_reduce(ok && refused ? 1.0 : 0.0, dtrain::reduce::min)}});
+    // Under an external launcher only the workers run: a wrong result must show in the status.
+    if (!ok || !refused) throw std::runtime_error("rank " + std::to_string(r) + ": a collective gave a wrong result");
+    ctx.report({{"collectives_ok", ctx.all_reduce(1.0, dtrain::reduce::min)}});
   });
   std::cout << "RESULT collectives_ok=" << result.metrics.at("collectives_ok").text() << std::endl;
   return 0;

@@ -268,6 +268,31 @@ TEST_CASE("gloo's flat allgather and emulated reduce_scatter give exact results"
     REQUIRE(r.status == 0);
     CHECK(metric(r.output, "collectives_ok") == 1);
   }
+  // Gloo's own path: two ranks under an external launcher's variables, each alone on its "host"
+  // (LOCAL_WORLD_SIZE=1), so the shared-memory channel stays off. A wrong result exits with 1.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  close(fd);
+  auto rank = [&](int r) {
+    return "env RANK=" + std::to_string(r) + " LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=" + std::to_string(r) +
+           " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " '" + SCENARIOS_BIN + "' collectives --tag " + tag;
+  };
+  const std::string cmd = "cd '" + (fs::temp_directory_path() / ("dtrain_multirank_" + tag)).string() + "' && (" +
+                          rank(0) + " & a=$!; " + rank(1) + "; b=$?; wait $a; a=$?; echo status $a $b) 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  pclose(p);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("status 0 0"));
 }
 
 namespace {

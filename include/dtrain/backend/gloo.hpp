@@ -147,19 +147,15 @@ struct gloo_with_threads {
     /// Flat allgather: rank r's `in` lands in out[r*n, (r+1)*n), n = in.numel(); `out` is
     /// contiguous and holds size()*n values. strategy::fsdp<> gathers its flat shards with it.
     ///
-    /// With the shared-memory channel (every rank on this host, float or double) it is an
-    /// allreduce(sum) of `out` zero-filled around this rank's slice: x + 0 is exact, and the shared
-    /// segment beats TCP loopback even though it moves twice the bytes of a true allgather.
-    /// Otherwise Gloo's allgather writes into views of `out`.
+    /// With the shared-memory channel (every rank on this host, CPU tensors) each rank copies its
+    /// piece into the shared segment and every piece out. Otherwise Gloo's allgather writes into
+    /// views of `out`.
     Work allgather(torch::Tensor& out, const torch::Tensor& in) {
       const auto n = in.numel();
       check_flat(out, in, "allgather");
       const std::string what = "allgather of " + std::to_string(n) + " values";
-      if (shm_ && detail::shm_channel::supports(out)) {
-        out.zero_();
-        out.narrow(0, rank_ * n, n).copy_(in.reshape({-1}));
-        return {shm_->allreduce(out, false), what};
-      }
+      if (shm_ && out.device().is_cpu() && in.device().is_cpu())
+        return {shm_->allgather(out, in.contiguous()), what};
       std::vector<torch::Tensor> views;
       for (int r = 0; r < size_; ++r) views.push_back(out.narrow(0, r * n, n).view(in.sizes()));
       std::vector<std::vector<torch::Tensor>> outs{views};
@@ -171,13 +167,17 @@ struct gloo_with_threads {
     /// ranks of in[rank*n, (rank+1)*n). `in` is used as scratch: its content afterwards is
     /// unspecified.
     ///
-    /// Gloo has no reduce-scatter, so this is an allreduce of all of `in` (through shared memory
-    /// when every rank is on this host) followed by a copy of this rank's slice: it moves about
-    /// 2(N-1)/N of `in`'s bytes per rank where a ring reduce-scatter moves (N-1)/N, i.e. twice the
-    /// traffic, and reduces every slice on every rank. The memory is the same: `in` exists anyway.
+    /// When every rank is on this host (float or double, sum or mean) it runs through shared
+    /// memory: each rank copies all of `in` into the segment once, reduces only its slice and
+    /// writes only that out. Otherwise, as Gloo has no reduce-scatter, it is an allreduce of all
+    /// of `in` followed by a copy of this rank's slice: about 2(N-1)/N of `in`'s bytes per rank
+    /// where a ring reduce-scatter moves (N-1)/N, twice the traffic, and every rank reduces every
+    /// slice. The memory is the same either way: `in` exists anyway.
     Work reduce_scatter(torch::Tensor& out, torch::Tensor& in, reduce op = reduce::sum) {
       const auto n = out.numel();
       check_flat(in, out, "reduce_scatter");
+      if (shm_ && detail::shm_channel::supports(in) && out.is_contiguous() && (op == reduce::sum || op == reduce::mean))
+        return {shm_->reduce_scatter(out, in, op == reduce::mean), "reduce_scatter of " + std::to_string(in.numel()) + " values"};
       auto slice = in.narrow(0, rank_ * n, n);
       return allreduce(in, op).then([out, slice]() mutable { out.view({-1}).copy_(slice); });
     }

@@ -25,7 +25,8 @@ DTRAIN_NAMESPACE_BEGIN
 /// reduce_scatter(out, in, sum).wait(), rank r's `out` is the sum over ranks of in[r*n, (r+1)*n)
 /// (n = out.numel()); the collectives of one communicator complete in the order they were issued,
 /// on every rank.
-/// Models: backend::gloo (its reduce_scatter is an allreduce plus a copy: Gloo has none).
+/// Models: backend::gloo (Gloo has no reduce-scatter: through shared memory on one host, an
+/// allreduce plus a copy across hosts).
 template <class B>
 concept BackendPolicy = PolicyOf<B, category::backend> && requires(typename B::communicator& c, torch::Tensor& t) {
   { B::uses_cuda } -> std::convertible_to<bool>;
