@@ -343,6 +343,16 @@ TEST_CASE("fsdp<> trains to the parameters ddp<> gives, within 1e-5 relative", "
     check_close(got[0], got[1], 1e-5);
     check_close(got[0], got[2], 1e-5);
   }
+  // 3 workers: BatchNorm's 64-value unit is padded to 66 (22 per rank).
+  std::vector<std::vector<torch::Tensor>> three;
+  for (const std::string strategy : {"ddp", "fsdp"}) {
+    const auto out = tmp / (tag + "_3_" + strategy + ".pt");
+    auto r = scenario("fsdp_train --strategy " + strategy + " --workers 3 --batch 48 --steps 6 --out " + out.string(), tag);
+    INFO(strategy << ": " << r.output);
+    REQUIRE(r.status == 0);
+    three.push_back(load_params(out));
+  }
+  check_close(three[0], three[1], 1e-5);
 }
 
 TEST_CASE("fsdp<> holds at most 0.6x ddp<>'s model state on 2 workers and 0.35x on 4", "[multirank][fsdp][memory]") {
