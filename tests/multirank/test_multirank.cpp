@@ -315,7 +315,7 @@ std::string latest_of(const std::string& out) {
 }
 }  // namespace
 
-TEST_CASE("fsdp<> trains to the parameters ddp<> gives, within 1e-5 relative", "[multirank][fsdp]") {
+TEST_CASE("fsdp<> trains to the parameters ddp<> gives within 1e-5 relative", "[multirank][fsdp]") {
   const auto tag = unique_tag();
   const auto tmp = fs::temp_directory_path();
   // Adam (state per shard), BatchNorm buffers, 8 steps; --accumulate adds no_sync micro-batches.
@@ -382,7 +382,7 @@ TEST_CASE("fsdp<> holds at most 0.6x ddp<>'s model state on 2 workers and 0.35x 
   CHECK(r4 == Approx(0.25).epsilon(0.01));
 }
 
-TEST_CASE("a ddp<> checkpoint loads into fsdp<> and back, and fsdp<> resumes from its sharded optimizer state", "[multirank][fsdp][checkpoint]") {
+TEST_CASE("a ddp<> checkpoint loads into fsdp<> and back and fsdp<> resumes from its sharded optimizer state", "[multirank][fsdp][checkpoint]") {
   const auto tag = unique_tag();
   const auto tmp = fs::temp_directory_path();
   // Each run its own storage: a run directory with checkpoints would be resumed from.
