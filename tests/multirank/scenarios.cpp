@@ -117,6 +117,7 @@ int run_sharded(const Args& a) {
     }
     model->train();
     int step = 0;
+    double held_after_forward = -1;  // fsdp<>: bytes held between the first forward and its backward
     // The step count is checked after each batch, so that a checkpoint's sampler position counts
     // only the batches trained on.
     for (auto epoch : ctx.epochs(1000)) {
@@ -124,6 +125,8 @@ int run_sharded(const Args& a) {
       if (step == a.steps) break;
       for (auto batch : ctx.shard(data, a.batch)) {
         auto loss = torch::nn::functional::cross_entropy(ctx.forward(model, batch.data), batch.target);
+        if constexpr (requires { ctx.strategy().held_bytes(); })
+          if (step == 0) held_after_forward = static_cast<double>(ctx.strategy().held_bytes());
         // --accumulate: every third batch only accumulates (no_sync), the next one steps on both.
         if (a.accumulate && step % 3 == 0) {
           auto guard = ctx.no_sync();
@@ -158,6 +161,7 @@ int run_sharded(const Args& a) {
       m["allgathers"] = st.allgathers;
       m["reduce_scatters"] = st.reduce_scatters;
       m["synced_steps"] = st.synced_steps;
+      m["held_after_forward"] = held_after_forward;
     } else {
       m["synced_steps"] = ctx.strategy().stats().synced_steps;
     }

@@ -327,6 +327,10 @@ TEST_CASE("fsdp<> trains to the parameters ddp<> gives within 1e-5 relative", "[
       INFO(strategy << extra << ": " << r.output);
       REQUIRE(r.status == 0);
       CHECK(metric(r.output, "synced_steps") == (extra.empty() ? 8 : 5));
+      // Between forward and backward (2122 parameters, 1061 per rank, fp32): full_shard holds
+      // only its shards; shard_grad_op also the full parameters and the flat gradients.
+      if (strategy == "fsdp") CHECK(metric(r.output, "held_after_forward") == 1061 * 4);
+      if (strategy == "fsdp_grad_op") CHECK(metric(r.output, "held_after_forward") == 1061 * 4 + 2 * 2122 * 4);
       if (strategy == "fsdp") {
         CHECK(metric(r.output, "units") == 4);  // Linear, BatchNorm1d, Linear, Linear
         // full_shard gathers every unit for forward and again for backward (and once for --out).
