@@ -149,13 +149,14 @@ class Context {
   }
 
   /// The model's full parameters and buffers by name (clones), on rank 0; empty elsewhere. Under
-  /// fsdp<> a collective (the shards are gathered unit by unit): call it on every rank.
+  /// fsdp<> a collective (the shards are gathered unit by unit): call it on every rank. A model
+  /// that prepare_model() did not wrap is read as it is.
   template <class Module>
   c10::Dict<std::string, at::Tensor> full_state(const Module& model) {
-    auto& s = strategy_of(model, "ctx.full_state(model)");
-    if constexpr (requires { s.full_state(); }) return s.full_state();
-    else if (who_.rank == 0) return checkpointer::detail::named_state(as_module(model), true);
-    else return c10::Dict<std::string, at::Tensor>();
+    if constexpr (requires(strategy_state& s) { s.full_state(); })
+      if (auto* s = find_strategy(model)) return s->full_state();
+    if (who_.rank == 0) return checkpointer::detail::named_state(as_module(model), true);
+    return c10::Dict<std::string, at::Tensor>();
   }
 
   /// Bytes of model state this rank holds now: parameters and gradients (what the Strategy keeps:
@@ -402,12 +403,18 @@ class Context {
     else return const_cast<torch::nn::Module&>(static_cast<const torch::nn::Module&>(*m));
   }
 
-  // The Strategy state of a model prepare_model() returned; ConfigError for any other.
+  // The Strategy state of a model prepare_model() returned; nullptr (find_) or ConfigError (of)
+  // for any other.
   template <class M>
-  strategy_state& strategy_of(const M& model, const char* call) {
+  strategy_state* find_strategy(const M& model) {
     const torch::nn::Module* m = &as_module(model);
     for (std::size_t i = 0; i < prepared_.size(); ++i)
-      if (prepared_[i] == m) return *strategies_[i];
+      if (prepared_[i] == m) return strategies_[i].get();
+    return nullptr;
+  }
+  template <class M>
+  strategy_state& strategy_of(const M& model, const char* call) {
+    if (auto* s = find_strategy(model)) return *s;
     throw ConfigError(std::string(call) + ": this model was not prepared by this context; pass the handle "
                       "returned by ctx.prepare_model(...)");
   }
