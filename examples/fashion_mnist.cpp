@@ -7,6 +7,8 @@
 // best by test accuracy are kept, beside the latest). --max-failures N restarts the workers after
 // a failure, from the latest checkpoint; --resume continues an earlier run of the same
 // --storage-path and --name from its latest checkpoint (without it a run starts afresh).
+// --strategy fsdp trains with strategy::fsdp<> (parameters, gradients and Adam's state sharded over
+// the workers) instead of strategy::ddp<>: both trainers are compiled in, and one loop serves both.
 
 #include <dtrain/dtrain.hpp>
 
@@ -33,13 +35,15 @@ struct Options {
   std::uint64_t seed = 0;
   int max_failures = 0, keep = 2;
   bool resume = false;
+  std::string strategy = "ddp";
 };
 
 constexpr const char* usage =
     "usage: fashion_mnist [--model cnn|mlp] [--workers N] [--threads-per-worker N]\n"
     "                     [--global-batch N] [--epochs N] [--max-steps N] [--data-dir DIR]\n"
     "                     [--storage-path DIR] [--name NAME] [--seed N]\n"
-    "                     [--max-failures N] [--keep-checkpoints N] [--resume]\n";
+    "                     [--max-failures N] [--keep-checkpoints N] [--resume]\n"
+    "                     [--strategy ddp|fsdp]\n";
 
 [[noreturn]] void usage_error(const std::string& why) {
   std::cerr << "fashion_mnist: " << why << "\n" << usage;
@@ -91,6 +95,10 @@ Options parse(int argc, char** argv) {
     else if (flag == "--seed") o.seed = static_cast<std::uint64_t>(integer(0));
     else if (flag == "--max-failures") o.max_failures = static_cast<int>(integer(-1));
     else if (flag == "--keep-checkpoints") o.keep = static_cast<int>(integer(0));
+    else if (flag == "--strategy") {
+      if (value != "ddp" && value != "fsdp") usage_error("--strategy must be ddp or fsdp, got '" + value + "'");
+      o.strategy = value;
+    }
     else usage_error("unknown flag " + flag);
   }
   if (o.global_batch % o.workers != 0)
@@ -109,9 +117,12 @@ torch::nn::Sequential make_model(const std::string& name) {
   return Sequential(Flatten(), Linear(28 * 28, 256), BatchNorm1d(256), ReLU(), Dropout(0.3), Linear(256, 10));
 }
 
-using Trainer = dtrain::Trainer<torch::nn::Sequential, dtrain::data::FashionMnist,
-                                dtrain::backend::gloo, dtrain::sampler::distributed<>,
-                                dtrain::checkpointer::directory<>, dtrain::strategy::ddp<>>;
+template <class Strategy>
+using TrainerWith = dtrain::Trainer<torch::nn::Sequential, dtrain::data::FashionMnist,
+                                    dtrain::backend::gloo, dtrain::sampler::distributed<>,
+                                    dtrain::checkpointer::directory<>, Strategy>;
+using Trainer = TrainerWith<dtrain::strategy::ddp<>>;
+using FsdpTrainer = TrainerWith<dtrain::strategy::fsdp<>>;
 
 }  // namespace
 
@@ -127,11 +138,13 @@ int main(int argc, char** argv) try {
   // restart) removes the checkpoints an earlier run left under this name.
   if (!opt.resume && !dtrain::launch::detect_worker())
     for (const auto& [iteration, dir] : dtrain::checkpointer::list(run.path())) std::filesystem::remove_all(dir);
-  Trainer trainer({.num_workers = opt.workers, .threads_per_worker = opt.threads_per_worker}, run);
-  const auto result = trainer.fit([&](Trainer::context& ctx) {
+  const dtrain::ScalingConfig scaling{.num_workers = opt.workers, .threads_per_worker = opt.threads_per_worker};
+  // The train loop, the same for both strategies: the optimizer is built over ctx.parameters(model)
+  // (fsdp<>: this rank's shards) and the model is called through ctx.forward.
+  auto loop = [&](auto& ctx) {
     torch::manual_seed(opt.seed);
     auto model = ctx.prepare_model(make_model(opt.model));
-    torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(1e-3));
+    torch::optim::Adam adam(ctx.parameters(model), torch::optim::AdamOptions(1e-3));
     const auto& train = data.train();
 
     // Counters that a resumed run continues from its checkpoint's extras.
@@ -150,10 +163,10 @@ int main(int argc, char** argv) try {
       (void)epoch;
       model->train();
       const auto epoch_start = std::chrono::steady_clock::now();
-      for (auto batch : ctx.shard(train, opt.global_batch)) {
+      for (const dtrain::data::Batch& batch : ctx.shard(train, opt.global_batch)) {
         if (done()) break;
         adam.zero_grad();
-        auto loss = torch::nn::functional::cross_entropy(model->forward(batch.data), batch.target);
+        const torch::Tensor loss = torch::nn::functional::cross_entropy(ctx.forward(model, batch.data), batch.target);
         ctx.backward(loss);
         ctx.step(adam);
         if (first_step_unix == 0) first_step_unix = dtrain::detail::unix_now();
@@ -170,10 +183,16 @@ int main(int argc, char** argv) try {
       double correct = 0;
       {
         torch::NoGradGuard no_grad;
-        for (auto batch : ctx.shard<dtrain::sampler::sequential>(data.test(), 1000 * ctx.world_size()))
-          correct += model->forward(batch.data).argmax(1).eq(batch.target).sum().item<double>();
+        for (const dtrain::data::Batch& batch : ctx.template shard<dtrain::sampler::sequential>(data.test(), 1000 * ctx.world_size())) {
+          const torch::Tensor logits = ctx.forward(model, batch.data);
+          correct += logits.argmax(1).eq(batch.target).sum().item<double>();
+        }
       }
       correct = ctx.all_reduce(correct, dtrain::reduce::sum);
+      // What the largest worker holds: parameters, gradients and Adam's state; and its peak RSS.
+      const double state_bytes =
+          ctx.all_reduce(static_cast<double>(ctx.model_state_bytes(model, adam)), dtrain::reduce::max);
+      const double peak_rss = ctx.all_reduce(dtrain::detail::peak_rss_mb(), dtrain::reduce::max);
 
       ctx.report({{"steps", ctx.steps()},
                   {"train_samples", static_cast<std::int64_t>(global_samples)},
@@ -181,12 +200,15 @@ int main(int argc, char** argv) try {
                   {"train_samples_per_s", global_samples / loop_s},
                   {"first_step_unix", first_step_unix},
                   {"final_train_loss", final_loss},
-                  {"test_accuracy", correct / static_cast<double>(data.test().size())}},
+                  {"test_accuracy", correct / static_cast<double>(data.test().size())},
+                  {"model_state_bytes_per_worker", state_bytes},
+                  {"peak_rss_mb", peak_rss}},
                  ctx.checkpoint(model, adam, {{"samples", samples}, {"loop_s", loop_s},
                                               {"first_step_unix", first_step_unix}}));
       if (done()) break;
     }
-  });
+  };
+  const auto result = opt.strategy == "fsdp" ? FsdpTrainer(scaling, run).fit(loop) : Trainer(scaling, run).fit(loop);
 
   // Only the driver gets here.
   const auto& m = result.metrics;
@@ -194,6 +216,7 @@ int main(int argc, char** argv) try {
   auto round = [](double v, int digits) { const double s = std::pow(10.0, digits); return std::round(v * s) / s; };
   nlohmann::json line = {
       {"model", opt.model},
+      {"strategy", opt.strategy},
       {"workers", opt.workers},
       {"global_batch", opt.global_batch},
       {"per_worker_batch", opt.global_batch / opt.workers},
@@ -210,6 +233,8 @@ int main(int argc, char** argv) try {
       {"wall_s", round(dtrain::detail::unix_now() - process_start, 3)},
       {"restarts", result.restarts},
       {"latest_checkpoint", result.latest_checkpoint() ? result.latest_checkpoint()->path().string() : ""},
+      {"model_state_bytes_per_worker", static_cast<std::int64_t>(m.at("model_state_bytes_per_worker").number())},
+      {"peak_rss_mb", round(m.at("peak_rss_mb").number(), 1)},
   };
   if (const auto& st = result.checkpoint_stats) {
     line["checkpoint_blocked_s"] = round(st->blocked_s, 4);

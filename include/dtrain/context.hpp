@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,6 +29,7 @@
 #include <dtrain/config.hpp>
 #include <dtrain/data/dataset.hpp>
 #include <dtrain/data/shard.hpp>
+#include <dtrain/detail/memory.hpp>
 #include <dtrain/error.hpp>
 #include <dtrain/launch/environment.hpp>
 #include <dtrain/launch/rendezvous.hpp>
@@ -58,6 +61,11 @@ class Context {
   using strategy_state = typename Policies::strategy::template state<communicator_type>;
   using precision_state = typename Policies::precision::state;
   static constexpr bool persists = Policies::checkpointer::persists;
+  // Strategies whose optimizer steps this rank's shards (fsdp<>): each rank checkpoints its own.
+  static constexpr bool sharded_optimizer = [] {
+    if constexpr (requires { Policies::strategy::shards_optimizer; }) return bool(Policies::strategy::shards_optimizer);
+    else return false;
+  }();
   static constexpr bool async_writes = [] {
     if constexpr (requires { Policies::checkpointer::asynchronous; }) return bool(Policies::checkpointer::asynchronous);
     else return false;
@@ -107,13 +115,62 @@ class Context {
   /// @}
 
   /// Moves the model to this worker's device and wraps it with the Strategy (for ddp<>: rank 0's
-  /// weights broadcast, gradient hooks installed). Returns the same handle; the wrapping lives as
-  /// long as this context. Call it once per model, on every rank, in the same order.
+  /// weights broadcast, gradient hooks installed; for fsdp<>: parameters sharded, see
+  /// strategy/fsdp.hpp). Returns the same handle; the wrapping lives as long as this context. Call
+  /// it once per model, on every rank, in the same order.
   template <detail::ModuleHandle Module>
   Module prepare_model(Module model) {
     model->to(device_);
-    strategies_.push_back(std::make_unique<strategy_state>(static_cast<torch::nn::Module&>(*model), comm_));
+    auto& m = static_cast<torch::nn::Module&>(*model);
+    strategies_.push_back(std::make_unique<strategy_state>(m, comm_));
+    prepared_.push_back(&m);
     return model;
+  }
+
+  /// The tensors to build the optimizer over: the model's parameters under ddp<>, this rank's
+  /// flat shards under fsdp<> (so the optimizer's state is 1/N too). One line for both:
+  /// `torch::optim::Adam opt(ctx.parameters(model), 1e-3);`
+  template <class Module>
+  std::vector<torch::Tensor> parameters(const Module& model) {
+    auto& s = strategy_of(model, "ctx.parameters(model)");
+    if constexpr (requires { s.parameters(); }) return s.parameters();
+    else return as_module(model).parameters();
+  }
+
+  /// `model->forward(args...)` through the Strategy: under fsdp<> the full parameters are
+  /// gathered first and freed as its sharding mode says; under ddp<> it is the plain call. Use it
+  /// for every forward (training and evaluation) so that one loop works with both.
+  template <class Module, class... Args>
+  decltype(auto) forward(Module& model, Args&&... args) {
+    auto& s = strategy_of(model, "ctx.forward(model, ...)");
+    if constexpr (requires { s.forward([] { return 0; }); })
+      return s.forward([&]() -> decltype(auto) { return model->forward(std::forward<Args>(args)...); });
+    else return model->forward(std::forward<Args>(args)...);
+  }
+
+  /// The model's full parameters and buffers by name (clones), on rank 0; empty elsewhere. Under
+  /// fsdp<> a collective (the shards are gathered unit by unit): call it on every rank. A model
+  /// that prepare_model() did not wrap is read as it is.
+  template <class Module>
+  c10::Dict<std::string, at::Tensor> full_state(const Module& model) {
+    if constexpr (requires(strategy_state& s) { s.full_state(); })
+      if (auto* s = find_strategy(model)) return s->full_state();
+    if (who_.rank == 0) return checkpointer::detail::named_state(as_module(model), true);
+    return c10::Dict<std::string, at::Tensor>();
+  }
+
+  /// Bytes of model state this rank holds now: parameters and gradients (what the Strategy keeps:
+  /// full copies under ddp<>, shards under fsdp<>) plus the optimizer's state tensors.
+  template <class Module, class Optimizer>
+  std::int64_t model_state_bytes(const Module& model, const Optimizer& optimizer) {
+    auto& s = strategy_of(model, "ctx.model_state_bytes(model, optimizer)");
+    std::int64_t n = detail::optimizer_state_bytes(optimizer);
+    if constexpr (requires { s.held_bytes(); }) {
+      n += s.held_bytes();
+    } else {
+      for (const auto& p : as_module(model).parameters()) n += detail::bytes_of(p) + detail::bytes_of(p.grad());
+    }
+    return n;
   }
 
   /// The Strategy's state of the i-th prepared model (its statistics, for instance).
@@ -188,6 +245,7 @@ class Context {
   /// The optimizer step through the Precision policy; returns false when it skipped the step.
   template <class Optimizer>
   bool step(Optimizer& opt) {
+    check_optimizer(opt);
     const bool stepped = precision_.step(opt);
     ++steps_;
     return stepped;
@@ -243,12 +301,13 @@ class Context {
     const auto t0 = std::chrono::steady_clock::now();
     wait_for_write();
     checkpointer::Snapshot s;
-    if (who_.rank == 0) {
-      const torch::nn::Module* m = nullptr;
-      if constexpr (std::is_base_of_v<torch::nn::Module, Module>) m = &model;
-      else m = &static_cast<const torch::nn::Module&>(*model);
-      s.model = checkpointer::detail::named_state(*m, true);
-      s.has_model = true;
+    s.model = full_state(model);
+    s.has_model = who_.rank == 0;
+    if constexpr (sharded_optimizer) {
+      check_optimizer(optimizer);
+      s.optimizer = checkpointer::detail::optimizer_bytes(optimizer);
+      s.sharded_optimizer = true;
+    } else if (who_.rank == 0) {
       s.optimizer = checkpointer::detail::optimizer_bytes(optimizer);
     }
     s.extras = std::move(extras);
@@ -269,7 +328,31 @@ class Context {
   /// The checkpoint this group resumed from (the newest valid one of the run directory, or
   /// RunConfig::resume_from), or nothing for a fresh start. Its restore(model, optimizer) loads
   /// both and this rank's generator; the epoch, sampler position and counters are restored already.
-  std::optional<checkpointer::Checkpoint> get_checkpoint() const { return resumed_; }
+  /// Under fsdp<> its load_model(model) loads the full tensors into this rank's shards (a ddp<>
+  /// checkpoint loads into fsdp<> and back), and its optimizer state is this rank's piece.
+  std::optional<checkpointer::Checkpoint> get_checkpoint() {
+    auto c = resumed_;
+    if (c) attach(*c);
+    return c;
+  }
+
+  /// Makes `ck` (a Checkpoint from anywhere, e.g. Result::best_checkpoint()'s path opened with
+  /// Checkpoint::open) load through this context's Strategy: ck.load_model(model) then works for
+  /// models prepared by ctx.prepare_model under ddp<> and fsdp<> alike.
+  void attach(checkpointer::Checkpoint& ck) {
+    ck.set_rank(who_.rank);
+    ck.set_sharded_optimizer(sharded_optimizer);
+    if constexpr (requires(strategy_state& s) { s.load_full_state(std::map<std::string, torch::Tensor>{}, std::string()); })
+      ck.set_model_loader([this](torch::nn::Module& m, const std::map<std::string, torch::Tensor>& state,
+                                 const std::string& source) {
+        for (std::size_t i = 0; i < prepared_.size(); ++i)
+          if (prepared_[i] == &m) {
+            strategies_[i]->load_full_state(state, source);
+            return true;
+          }
+        return false;
+      });
+  }
 
   /// Time the training thread spent on checkpoints, and time the writes took.
   const checkpointer::CheckpointStats& checkpoint_stats() const { return stats_; }
@@ -314,6 +397,40 @@ class Context {
   std::filesystem::path history_path() const { return run_.path() / "metrics.jsonl"; }
 
  private:
+  template <class M>
+  static torch::nn::Module& as_module(const M& m) {
+    if constexpr (std::is_base_of_v<torch::nn::Module, M>) return const_cast<M&>(m);
+    else return const_cast<torch::nn::Module&>(static_cast<const torch::nn::Module&>(*m));
+  }
+
+  // The Strategy state of a model prepare_model() returned; nullptr (find_) or ConfigError (of)
+  // for any other.
+  template <class M>
+  strategy_state* find_strategy(const M& model) {
+    const torch::nn::Module* m = &as_module(model);
+    for (std::size_t i = 0; i < prepared_.size(); ++i)
+      if (prepared_[i] == m) return strategies_[i].get();
+    return nullptr;
+  }
+  template <class M>
+  strategy_state& strategy_of(const M& model, const char* call) {
+    if (auto* s = find_strategy(model)) return *s;
+    throw ConfigError(std::string(call) + ": this model was not prepared by this context; pass the handle "
+                      "returned by ctx.prepare_model(...)");
+  }
+
+  // Under fsdp<> an optimizer over the model's own parameters would step tensors whose gradients
+  // are never kept: refuse it loudly.
+  template <class Optimizer>
+  void check_optimizer(const Optimizer& opt) {
+    if constexpr (requires(strategy_state& s, const std::vector<torch::Tensor>& v) { s.check_optimizer(v); }) {
+      std::vector<torch::Tensor> params;
+      for (const auto& g : opt.param_groups())
+        for (const auto& p : g.params()) params.push_back(p);
+      for (auto& s : strategies_) s->check_optimizer(params);
+    }
+  }
+
   static double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
@@ -489,6 +606,7 @@ class Context {
   communicator_type comm_;
   precision_state precision_;
   std::vector<std::unique_ptr<strategy_state>> strategies_;
+  std::vector<const torch::nn::Module*> prepared_;  // the module of each strategies_ entry
   std::int64_t epoch_ = 0, steps_ = 0, reports_ = 0;
   // Resume and sampler position (see shard()).
   std::optional<checkpointer::Checkpoint> resumed_;

@@ -17,6 +17,7 @@
 #include <dtrain/checkpointer/directory.hpp>
 #include <dtrain/checkpointer/none.hpp>
 #include <dtrain/strategy/ddp.hpp>
+#include <dtrain/strategy/fsdp.hpp>
 #include <dtrain/precision/fp32.hpp>
 #include <dtrain/precision/amp.hpp>
 

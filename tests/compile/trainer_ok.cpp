@@ -25,3 +25,10 @@ dtrain::Result fit_configured() {
   configured trainer(dtrain::ScalingConfig{.num_workers = 2});
   return trainer.fit([](auto& ctx) { (void)ctx.world_size(); });
 }
+
+// strategy::fsdp<> in both modes and both unit choices: every non-template member of its state.
+template class dtrain::strategy::fsdp<>::state<dtrain::backend::gloo::communicator>;
+template class dtrain::strategy::fsdp<dtrain::strategy::sharding::shard_grad_op,
+                                      dtrain::strategy::wrap::whole_model>::state<dtrain::backend::gloo::communicator>;
+using sharded = dtrain::Trainer<torch::nn::Sequential, dtrain::data::FashionMnist, dtrain::strategy::fsdp<>>;
+static_assert(std::is_same_v<sharded::policies::strategy, dtrain::strategy::fsdp<>>);

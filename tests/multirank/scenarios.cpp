@@ -2,6 +2,14 @@
 // workers over Gloo on loopback. test_multirank.cpp runs this program and checks what it prints.
 //
 //   scenarios <scenario> [--workers N] [--threads N] [--steps K] [--batch B] [--out FILE] [--tag T]
+//
+// Sharded (strategy::fsdp<>) scenarios, each also run under ddp<> for comparison:
+//   scenarios fsdp_train --strategy ddp|fsdp|fsdp_grad_op [--accumulate 1] [--resume-from DIR]
+//       [--restore weights|all] [--checkpoint 1] [--out FILE]   Adam on a small model; --out saves
+//       rank 0's full parameters and buffers
+//   scenarios fsdp_memory --strategy ddp|fsdp    a ~9.5M-parameter MLP; reports the model state bytes
+//   scenarios fsdp_bad_optimizer                 fsdp<> with an optimizer over model->parameters()
+//   scenarios collectives --workers N            the communicator's flat allgather and reduce_scatter
 
 #include <dtrain/dtrain.hpp>
 
@@ -21,6 +29,8 @@ struct Args {
   std::int64_t batch = 32;
   std::string out, storage = "multirank_runs";
   int rendezvous_ms = 20000;
+  std::string strategy = "ddp", resume_from, restore = "weights";
+  bool accumulate = false, checkpoint = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -36,6 +46,11 @@ Args parse(int argc, char** argv) {
     else if (f == "--out") a.out = v;
     else if (f == "--storage") a.storage = v;
     else if (f == "--rendezvous-ms") a.rendezvous_ms = std::stoi(v);
+    else if (f == "--strategy") a.strategy = v;
+    else if (f == "--resume-from") a.resume_from = v;
+    else if (f == "--restore") a.restore = v;
+    else if (f == "--accumulate") a.accumulate = v == "1";
+    else if (f == "--checkpoint") a.checkpoint = v == "1";
     else if (f == "--tag") {}  // only marks the processes, for the orphan checks
     else throw std::invalid_argument("unknown flag " + f);
   }
@@ -57,10 +72,161 @@ torch::nn::Sequential small_model(std::int64_t features, std::int64_t hidden) {
 
 using Trainer = dtrain::Trainer<torch::nn::Sequential, dtrain::data::TensorDataset>;
 
+// The sharded scenarios' trainers: the same loop under ddp<> and two fsdp<> configurations.
+template <class Strategy>
+using CheckpointingTrainer = dtrain::Trainer<torch::nn::Sequential, dtrain::data::TensorDataset,
+                                             dtrain::checkpointer::directory<false>, Strategy>;
+using DdpTrainer = CheckpointingTrainer<dtrain::strategy::ddp<>>;
+using FsdpTrainer = CheckpointingTrainer<dtrain::strategy::fsdp<>>;  // full_shard, top_level
+using FsdpGradOpTrainer = CheckpointingTrainer<
+    dtrain::strategy::fsdp<dtrain::strategy::sharding::shard_grad_op, dtrain::strategy::wrap::whole_model>>;
+
+// BatchNorm gives the model buffers (broadcast from rank 0 like ddp<>'s) and four units.
+torch::nn::Sequential bn_model(std::int64_t features, std::int64_t hidden) {
+  using namespace torch::nn;
+  return Sequential(Linear(features, hidden), BatchNorm1d(hidden), Tanh(), Linear(hidden, hidden), Tanh(),
+                    Linear(hidden, 10));
+}
+
+// About 9.5M parameters: 512*2048 + 2*2048*2048 + 2048*10 weights and their biases.
+torch::nn::Sequential big_model() {
+  using namespace torch::nn;
+  return Sequential(Linear(512, 2048), ReLU(), Linear(2048, 2048), ReLU(), Linear(2048, 2048), ReLU(),
+                    Linear(2048, 10));
+}
+
+template <class T>
+int run_sharded(const Args& a) {
+  const bool memory = a.scenario == "fsdp_memory";
+  const std::int64_t features = memory ? 512 : 20;
+  const auto data = synthetic(memory ? 256 : 1024, features);
+  dtrain::RunConfig run{.storage_path = a.storage, .name = a.scenario + "_" + a.strategy,
+                        .rendezvous_timeout = std::chrono::milliseconds(a.rendezvous_ms),
+                        .collective_timeout = std::chrono::seconds(60)};
+  if (!a.resume_from.empty()) run.resume_from = a.resume_from;
+  T trainer({.num_workers = a.workers, .threads_per_worker = a.threads}, run);
+  const auto result = trainer.fit([&](typename T::context& ctx) {
+    torch::manual_seed(ctx.world_rank() + 7);  // prepare_model must make the ranks agree
+    auto model = ctx.prepare_model(memory ? big_model() : bn_model(features, 32));
+    std::vector<torch::Tensor> params =
+        a.scenario == "fsdp_bad_optimizer" ? model->parameters() : ctx.parameters(model);
+    torch::optim::Adam adam(params, torch::optim::AdamOptions(memory ? 1e-4 : 1e-2));
+    if (auto ck = ctx.get_checkpoint()) {
+      if (a.restore == "all") ck->restore(model, adam);
+      else ck->restore(model);
+    }
+    model->train();
+    int step = 0;
+    double held_after_forward = -1;  // fsdp<>: bytes held between the first forward and its backward
+    // The step count is checked after each batch, so that a checkpoint's sampler position counts
+    // only the batches trained on.
+    for (auto epoch : ctx.epochs(1000)) {
+      (void)epoch;
+      if (step == a.steps) break;
+      for (auto batch : ctx.shard(data, a.batch)) {
+        auto loss = torch::nn::functional::cross_entropy(ctx.forward(model, batch.data), batch.target);
+        if constexpr (requires { ctx.strategy().held_bytes(); })
+          if (step == 0) held_after_forward = static_cast<double>(ctx.strategy().held_bytes());
+        // --accumulate: every third batch only accumulates (no_sync), the next one steps on both.
+        if (a.accumulate && step % 3 == 0) {
+          auto guard = ctx.no_sync();
+          ctx.backward(loss);
+        } else {
+          ctx.backward(loss);
+          ctx.step(adam);
+          adam.zero_grad();
+        }
+        if (++step == a.steps) break;
+      }
+      if (step == a.steps) break;  // before the next epoch starts (and resets the position)
+    }
+    const double state_bytes = ctx.all_reduce(static_cast<double>(ctx.model_state_bytes(model, adam)), dtrain::reduce::max);
+    const double rss = ctx.all_reduce(dtrain::detail::peak_rss_mb(), dtrain::reduce::max);
+    std::int64_t n_params = 0;
+    const auto full = ctx.full_state(model);  // a collective under fsdp<>: every rank calls it
+    if (ctx.world_rank() == 0) {
+      for (const auto& kv : full) if (model->named_parameters().contains(kv.key())) n_params += kv.value().numel();
+      if (!a.out.empty()) {
+        std::vector<torch::Tensor> tensors;
+        for (const auto& kv : model->named_parameters()) tensors.push_back(full.at(kv.key()));
+        for (const auto& kv : model->named_buffers()) tensors.push_back(full.at(kv.key()));
+        torch::save(tensors, a.out);
+      }
+    }
+    dtrain::Metrics m{{"state_bytes", state_bytes}, {"peak_rss_mb", rss}, {"params", n_params},
+                      {"world", ctx.world_size()}, {"steps_taken", step}};
+    if constexpr (requires { ctx.strategy().stats().reduce_scatters; }) {
+      const auto& st = ctx.strategy().stats();
+      m["units"] = st.units;
+      m["allgathers"] = st.allgathers;
+      m["reduce_scatters"] = st.reduce_scatters;
+      m["synced_steps"] = st.synced_steps;
+      m["held_after_forward"] = held_after_forward;
+    } else {
+      m["synced_steps"] = ctx.strategy().stats().synced_steps;
+    }
+    if (a.checkpoint) ctx.report(m, ctx.checkpoint(model, adam));
+    else ctx.report(m);
+  });
+  std::cout << "RESULT";
+  for (const auto& [k, v] : result.metrics) std::cout << ' ' << k << '=' << v.text();
+  std::cout << " latest=" << (result.latest_checkpoint() ? result.latest_checkpoint()->path().string() : "-")
+            << std::endl;
+  return 0;
+}
+
 }  // namespace
+
+// The communicator's flat allgather and reduce_scatter, exactly: through shared memory when the
+// driver starts the ranks (reduce_scatter of int64 still takes Gloo's path), through Gloo alone
+// when each rank says it is alone on its host (LOCAL_WORLD_SIZE=1 under an external launcher).
+int run_collectives(const Args& a) {
+  Trainer trainer({.num_workers = a.workers}, {.storage_path = a.storage, .name = a.scenario});
+  const auto result = trainer.fit([&](Trainer::context& ctx) {
+    auto& comm = ctx.communicator();
+    const int n = ctx.world_size(), r = ctx.world_rank();
+    const std::int64_t piece = 5;
+    bool ok = true;
+    for (auto dtype : {torch::kFloat, torch::kInt64}) {
+      auto in = torch::full({piece}, r + 1, dtype);
+      auto out = torch::empty({piece * n}, dtype);
+      comm.allgather(out, in).wait();
+      for (int q = 0; q < n; ++q) ok = ok && out.narrow(0, q * piece, piece).eq(q + 1).all().item<bool>();
+      // in[i] = (rank + 1) * i, so rank q's piece of the sum is n(n+1)/2 * i over its slice.
+      auto flat = torch::arange(piece * n, dtype) * (r + 1);
+      auto mine = torch::empty({piece}, dtype);
+      comm.reduce_scatter(mine, flat, dtrain::reduce::sum).wait();
+      const auto want = torch::arange(r * piece, (r + 1) * piece, dtype) * (n * (n + 1) / 2);
+      ok = ok && torch::equal(mine, want);
+    }
+    auto flat = torch::ones({piece * n}) * (r + 1);
+    auto mean = torch::empty({piece});
+    comm.reduce_scatter(mean, flat, dtrain::reduce::mean).wait();
+    ok = ok && mean.eq((n + 1) / 2.0).all().item<bool>();
+    bool refused = false;
+    try {
+      auto wrong = torch::empty({piece + 1});
+      comm.allgather(wrong, torch::ones({piece}));
+    } catch (const dtrain::Error& e) {
+      refused = std::string(e.what()).find("size() * piece.numel()") != std::string::npos;
+    }
+    // Under an external launcher only the workers run: a wrong result must show in the status.
+    if (!ok || !refused) throw std::runtime_error("rank " + std::to_string(r) + ": a collective gave a wrong result");
+    ctx.report({{"collectives_ok", ctx.all_reduce(1.0, dtrain::reduce::min)}});
+  });
+  std::cout << "RESULT collectives_ok=" << result.metrics.at("collectives_ok").text() << std::endl;
+  return 0;
+}
 
 int main(int argc, char** argv) try {
   const Args a = parse(argc, argv);
+  if (a.scenario == "collectives") return run_collectives(a);
+  if (a.scenario.rfind("fsdp_", 0) == 0) {
+    if (a.scenario == "fsdp_bad_optimizer" || a.strategy == "fsdp") return run_sharded<FsdpTrainer>(a);
+    if (a.strategy == "fsdp_grad_op") return run_sharded<FsdpGradOpTrainer>(a);
+    if (a.strategy == "ddp") return run_sharded<DdpTrainer>(a);
+    throw std::invalid_argument("--strategy must be ddp, fsdp or fsdp_grad_op");
+  }
   const bool big = a.scenario == "overlap";
   const std::int64_t features = big ? 512 : 20, hidden = big ? 512 : 32;
   const auto data = synthetic(1024, features);

@@ -14,11 +14,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/torch.h>
 
 namespace fs = std::filesystem;
@@ -253,5 +255,207 @@ TEST_CASE("killing the driver takes its workers with it", "[multirank][failure]"
   const auto gone = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (processes_with(tag) > 0 && std::chrono::steady_clock::now() < gone)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(processes_with(tag) == 0);
+}
+
+// ---- strategy::fsdp<>: sharded parameters, gradients and optimizer state ----
+
+TEST_CASE("gloo's flat allgather and emulated reduce_scatter give exact results", "[multirank][collectives]") {
+  const auto tag = unique_tag();
+  for (const int workers : {2, 3}) {
+    auto r = scenario("collectives --workers " + std::to_string(workers), tag);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    CHECK(metric(r.output, "collectives_ok") == 1);
+  }
+  // Gloo's own path: two ranks under an external launcher's variables, each alone on its "host"
+  // (LOCAL_WORLD_SIZE=1), so the shared-memory channel stays off. A wrong result exits with 1.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  close(fd);
+  auto rank = [&](int r) {
+    return "env RANK=" + std::to_string(r) + " LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=" + std::to_string(r) +
+           " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " '" + SCENARIOS_BIN + "' collectives --tag " + tag;
+  };
+  const std::string cmd = "cd '" + (fs::temp_directory_path() / ("dtrain_multirank_" + tag)).string() + "' && (" +
+                          rank(0) + " & a=$!; " + rank(1) + "; b=$?; wait $a; a=$?; echo status $a $b) 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  pclose(p);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("status 0 0"));
+}
+
+namespace {
+// Largest elementwise difference relative to the largest magnitude, over every tensor.
+void check_close(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b, double tol) {
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    INFO("tensor " << i);
+    REQUIRE(a[i].sizes() == b[i].sizes());
+    const double rel = ((a[i] - b[i]).abs().max() / a[i].abs().max().clamp_min(1e-12)).item<double>();
+    CHECK(rel <= tol);
+  }
+}
+
+std::string latest_of(const std::string& out) {
+  const auto at = out.find(" latest=");
+  REQUIRE(at != std::string::npos);
+  const auto end = out.find_first_of(" \n", at + 8);
+  return out.substr(at + 8, end - at - 8);
+}
+}  // namespace
+
+TEST_CASE("fsdp<> trains to the parameters ddp<> gives within 1e-5 relative", "[multirank][fsdp]") {
+  const auto tag = unique_tag();
+  const auto tmp = fs::temp_directory_path();
+  // Adam (state per shard), BatchNorm buffers, 8 steps; --accumulate adds no_sync micro-batches.
+  for (const std::string extra : {"", " --accumulate 1"}) {
+    std::vector<std::vector<torch::Tensor>> got;
+    for (const std::string strategy : {"ddp", "fsdp", "fsdp_grad_op"}) {
+      const auto out = tmp / (tag + "_" + strategy + ".pt");
+      auto r = scenario("fsdp_train --strategy " + strategy + " --workers 2 --steps 8 --out " + out.string() + extra, tag);
+      INFO(strategy << extra << ": " << r.output);
+      REQUIRE(r.status == 0);
+      CHECK(metric(r.output, "synced_steps") == (extra.empty() ? 8 : 5));
+      // Between forward and backward (2122 parameters, 1061 per rank, fp32): full_shard holds
+      // only its shards; shard_grad_op also the full parameters and the flat gradients.
+      if (strategy == "fsdp") CHECK(metric(r.output, "held_after_forward") == 1061 * 4);
+      if (strategy == "fsdp_grad_op") CHECK(metric(r.output, "held_after_forward") == 1061 * 4 + 2 * 2122 * 4);
+      if (strategy == "fsdp") {
+        CHECK(metric(r.output, "units") == 4);  // Linear, BatchNorm1d, Linear, Linear
+        // full_shard gathers every unit for forward and again for backward (and once for --out).
+        CHECK(metric(r.output, "allgathers") == 4 * (2 * 8 + 1));
+      }
+      if (strategy == "fsdp_grad_op") {
+        CHECK(metric(r.output, "units") == 1);
+        CHECK(metric(r.output, "allgathers") == 8 + 1);
+      }
+      got.push_back(load_params(out));
+    }
+    // The weights moved: the comparison is not between two untouched models.
+    CHECK(got[0].size() == 11);  // 8 parameters; BatchNorm's running mean, variance and count
+    check_close(got[0], got[1], 1e-5);
+    check_close(got[0], got[2], 1e-5);
+  }
+  // 3 workers: BatchNorm's 64-value unit is padded to 66 (22 per rank).
+  std::vector<std::vector<torch::Tensor>> three;
+  for (const std::string strategy : {"ddp", "fsdp"}) {
+    const auto out = tmp / (tag + "_3_" + strategy + ".pt");
+    auto r = scenario("fsdp_train --strategy " + strategy + " --workers 3 --batch 48 --steps 6 --out " + out.string(), tag);
+    INFO(strategy << ": " << r.output);
+    REQUIRE(r.status == 0);
+    three.push_back(load_params(out));
+  }
+  check_close(three[0], three[1], 1e-5);
+}
+
+TEST_CASE("fsdp<> holds at most 0.6x ddp<>'s model state on 2 workers and 0.35x on 4", "[multirank][fsdp][memory]") {
+  const auto tag = unique_tag();
+  auto ddp = scenario("fsdp_memory --strategy ddp --workers 2 --steps 2 --batch 16", tag);
+  INFO(ddp.output);
+  REQUIRE(ddp.status == 0);
+  const double params = metric(ddp.output, "params");
+  CHECK(params > 9e6);
+  CHECK(params < 11e6);
+  // Parameters, gradients and Adam's two moments, fp32.
+  const double ddp_bytes = metric(ddp.output, "state_bytes");
+  CHECK(ddp_bytes == Approx(4 * 4 * params).epsilon(0.01));
+  auto two = scenario("fsdp_memory --strategy fsdp --workers 2 --steps 2 --batch 16", tag);
+  INFO(two.output);
+  REQUIRE(two.status == 0);
+  auto four = scenario("fsdp_memory --strategy fsdp --workers 4 --steps 2 --batch 16", tag);
+  INFO(four.output);
+  REQUIRE(four.status == 0);
+  const double r2 = metric(two.output, "state_bytes") / ddp_bytes, r4 = metric(four.output, "state_bytes") / ddp_bytes;
+  WARN("fsdp/ddp model state per worker: " << r2 << " on 2 workers, " << r4 << " on 4; peak RSS (MB) ddp "
+       << metric(ddp.output, "peak_rss_mb") << ", fsdp 2 " << metric(two.output, "peak_rss_mb") << ", fsdp 4 "
+       << metric(four.output, "peak_rss_mb"));
+  CHECK(r2 <= 0.6);
+  CHECK(r4 <= 0.35);
+  CHECK(r2 == Approx(0.5).epsilon(0.01));
+  CHECK(r4 == Approx(0.25).epsilon(0.01));
+}
+
+TEST_CASE("a ddp<> checkpoint loads into fsdp<> and back and fsdp<> resumes from its sharded optimizer state", "[multirank][fsdp][checkpoint]") {
+  const auto tag = unique_tag();
+  const auto tmp = fs::temp_directory_path();
+  // Each run its own storage: a run directory with checkpoints would be resumed from.
+  int runs = 0;
+  auto storage_ = [&] { return " --storage " + (tmp / (tag + "_runs" + std::to_string(++runs))).string(); };
+  auto model_pt = [](const std::string& dir) {
+    std::ifstream in(fs::path(dir) / "model.pt", std::ios::binary);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), {});
+    std::map<std::string, torch::Tensor> out;
+    for (const auto& kv : torch::jit::pickle_load(bytes).toGenericDict())
+      out.emplace(kv.key().toStringRef(), kv.value().toTensor());
+    return out;
+  };
+  auto same = [](const std::map<std::string, torch::Tensor>& a, const std::map<std::string, torch::Tensor>& b) {
+    REQUIRE(a.size() == b.size());
+    for (const auto& [name, t] : a) {
+      INFO(name);
+      REQUIRE(b.count(name));
+      CHECK(torch::equal(t, b.at(name)));
+    }
+  };
+  // ddp<> trains 4 steps and checkpoints.
+  auto a = scenario("fsdp_train --strategy ddp --steps 4 --checkpoint 1" + storage_(), tag);
+  INFO(a.output);
+  REQUIRE(a.status == 0);
+  const auto ck_ddp = latest_of(a.output);
+  // fsdp<> loads it (weights only: the optimizers differ) and checkpoints without training: its
+  // model.pt, gathered from the shards, is ddp<>'s.
+  auto b = scenario("fsdp_train --strategy fsdp --steps 0 --checkpoint 1 --resume-from " + ck_ddp + storage_(), tag);
+  INFO(b.output);
+  REQUIRE(b.status == 0);
+  const auto ck_fsdp = latest_of(b.output);
+  CHECK(fs::exists(fs::path(ck_fsdp) / "optimizer_rank_00001.pt"));
+  same(model_pt(ck_ddp), model_pt(ck_fsdp));
+  // And back: ddp<> loads fsdp<>'s model.pt.
+  auto c = scenario("fsdp_train --strategy ddp --steps 0 --checkpoint 1 --resume-from " + ck_fsdp + storage_(), tag);
+  INFO(c.output);
+  REQUIRE(c.status == 0);
+  same(model_pt(ck_ddp), model_pt(latest_of(c.output)));
+
+  // Sharded optimizer state: 4 steps, checkpoint, resume with restore(model, optimizer), 4 more
+  // steps, is 8 steps straight.
+  const auto straight = tmp / (tag + "_straight.pt"), resumed = tmp / (tag + "_resumed.pt");
+  auto s8 = scenario("fsdp_train --strategy fsdp --steps 8 --out " + straight.string() + storage_(), tag);
+  REQUIRE(s8.status == 0);
+  auto s4 = scenario("fsdp_train --strategy fsdp --steps 4 --checkpoint 1" + storage_(), tag);
+  REQUIRE(s4.status == 0);
+  auto r4 = scenario("fsdp_train --strategy fsdp --steps 4 --restore all --out " + resumed.string() +
+                     " --resume-from " + latest_of(s4.output) + storage_(), tag);
+  INFO(r4.output);
+  REQUIRE(r4.status == 0);
+  check_close(load_params(straight), load_params(resumed), 1e-6);
+
+  // Sharded optimizer state does not load into ddp<>'s optimizer, nor ddp<>'s into fsdp<>'s.
+  auto bad = scenario("fsdp_train --strategy ddp --steps 0 --restore all --resume-from " + ck_fsdp + storage_(), tag);
+  CHECK(bad.status == 3);
+  CHECK_THAT(bad.output, Catch::Contains("sharded over 2 ranks") && Catch::Contains("restore(model)"));
+  auto bad2 = scenario("fsdp_train --strategy fsdp --steps 0 --restore all --resume-from " + ck_ddp + storage_(), tag);
+  CHECK(bad2.status == 3);
+  CHECK_THAT(bad2.output, Catch::Contains("saved whole") && Catch::Contains("load_model(model)"));
+  CHECK(processes_with(tag) == 0);
+}
+
+TEST_CASE("fsdp<> with an optimizer over model->parameters() fails with a clear error", "[multirank][fsdp][config]") {
+  const auto tag = unique_tag();
+  auto r = scenario("fsdp_bad_optimizer --workers 2 --steps 2", tag);
+  INFO(r.output);
+  CHECK(r.status == 3);
+  CHECK_THAT(r.output, Catch::Contains("optimizer was built over the model's parameters") &&
+                           Catch::Contains("ctx.parameters(model)"));
   CHECK(processes_with(tag) == 0);
 }

@@ -127,6 +127,9 @@ TEST_CASE("every policy models its category's concept", "[policy][concepts]") {
   STATIC_REQUIRE(dtrain::SamplerPolicy<dtrain::sampler::sequential>);
   STATIC_REQUIRE(dtrain::CheckpointerPolicy<dtrain::checkpointer::none>);
   STATIC_REQUIRE(dtrain::StrategyPolicy<dtrain::strategy::ddp<>>);
+  STATIC_REQUIRE(dtrain::StrategyPolicy<dtrain::strategy::fsdp<>>);
+  STATIC_REQUIRE(dtrain::StrategyPolicy<dtrain::strategy::fsdp<dtrain::strategy::sharding::shard_grad_op,
+                                                                dtrain::strategy::wrap::whole_model>>);
   STATIC_REQUIRE(dtrain::PrecisionPolicy<dtrain::precision::fp32>);
   STATIC_REQUIRE(dtrain::PrecisionPolicy<dtrain::precision::amp<dtrain::precision::bf16>>);
   // A policy of one category does not model another's concept.

@@ -7,6 +7,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #if !defined(USE_C10D_GLOO)
@@ -34,6 +35,13 @@ class Work {
       : work_(std::move(work)), what_(std::move(what)) {}
   Work(std::shared_future<void> done, std::string what) : done_(std::move(done)), what_(std::move(what)) {}
 
+  /// This work followed by `then`, which wait() runs on the waiting thread once the collective is
+  /// done (e.g. copying a result out of a staging buffer).
+  Work then(std::function<void()> then) && {
+    then_ = std::move(then);
+    return std::move(*this);
+  }
+
   void wait() {
     try {
       if (work_) work_->wait();
@@ -47,6 +55,7 @@ class Work {
     }
     work_.reset();
     done_ = {};
+    if (then_) std::exchange(then_, nullptr)();
   }
   bool completed() const {
     return (!work_ || work_->isCompleted()) &&
@@ -57,6 +66,7 @@ class Work {
   c10::intrusive_ptr<c10d::Work> work_;
   std::shared_future<void> done_;
   std::string what_;
+  std::function<void()> then_;
 };
 
 namespace backend {
@@ -134,11 +144,57 @@ struct gloo_with_threads {
       return {w, "allgather of " + std::to_string(in.numel()) + " values"};
     }
 
+    /// Flat allgather: rank r's `in` lands in out[r*n, (r+1)*n), n = in.numel(); `out` is
+    /// contiguous and holds size()*n values. strategy::fsdp<> gathers its flat shards with it.
+    ///
+    /// With the shared-memory channel (every rank on this host, CPU tensors) each rank copies its
+    /// piece into the shared segment and every piece out. Otherwise Gloo's allgather writes into
+    /// views of `out`.
+    Work allgather(torch::Tensor& out, const torch::Tensor& in) {
+      const auto n = in.numel();
+      check_flat(out, in, "allgather");
+      const std::string what = "allgather of " + std::to_string(n) + " values";
+      if (shm_ && out.device().is_cpu() && in.device().is_cpu())
+        return {shm_->allgather(out, in.contiguous()), what};
+      std::vector<torch::Tensor> views;
+      for (int r = 0; r < size_; ++r) views.push_back(out.narrow(0, r * n, n).view(in.sizes()));
+      std::vector<std::vector<torch::Tensor>> outs{views};
+      std::vector<torch::Tensor> ins{in.contiguous()};
+      return {group_->allgather(outs, ins), what};
+    }
+
+    /// Reduce-scatter: `in` holds size()*n values; `out` (n values) receives the reduction over
+    /// ranks of in[rank*n, (rank+1)*n). `in` is used as scratch: its content afterwards is
+    /// unspecified.
+    ///
+    /// When every rank is on this host (float or double, sum or mean) it runs through shared
+    /// memory: each rank copies all of `in` into the segment once, reduces only its slice and
+    /// writes only that out. Otherwise, as Gloo has no reduce-scatter, it is an allreduce of all
+    /// of `in` followed by a copy of this rank's slice: about 2(N-1)/N of `in`'s bytes per rank
+    /// where a ring reduce-scatter moves (N-1)/N, twice the traffic, and every rank reduces every
+    /// slice. The memory is the same either way: `in` exists anyway.
+    Work reduce_scatter(torch::Tensor& out, torch::Tensor& in, reduce op = reduce::sum) {
+      const auto n = out.numel();
+      check_flat(in, out, "reduce_scatter");
+      if (shm_ && detail::shm_channel::supports(in) && out.is_contiguous() && (op == reduce::sum || op == reduce::mean))
+        return {shm_->reduce_scatter(out, in, op == reduce::mean), "reduce_scatter of " + std::to_string(in.numel()) + " values"};
+      auto slice = in.narrow(0, rank_ * n, n);
+      return allreduce(in, op).then([out, slice]() mutable { out.view({-1}).copy_(slice); });
+    }
+
     void barrier() {
       Work(group_->barrier(), "barrier").wait();
     }
 
    private:
+    // `whole` must be the contiguous concatenation of size() pieces shaped like `piece`.
+    void check_flat(const torch::Tensor& whole, const torch::Tensor& piece, const char* op) const {
+      if (!whole.is_contiguous() || whole.numel() != piece.numel() * size_ || whole.scalar_type() != piece.scalar_type())
+        throw Error(std::string("communicator::") + op + ": the flat tensor must be contiguous, of the piece's dtype, "
+                    "and hold size() * piece.numel() = " + std::to_string(size_) + " * " +
+                    std::to_string(piece.numel()) + " values; it holds " + std::to_string(whole.numel()));
+    }
+
     static c10d::ReduceOp to_c10d(reduce op) {
       switch (op) {
         case reduce::max: return c10d::ReduceOp::MAX;

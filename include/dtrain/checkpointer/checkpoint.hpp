@@ -8,6 +8,8 @@
 //   optimizer.pt      the optimizer's state (torch::serialize::OutputArchive)
 //   state.json        counters (iteration, epoch, steps), the reported metrics, the user's extras
 //   rank_RRRRR.json   one per rank: its sampler position and its default CPU generator's state
+//   optimizer_rank_RRRRR.pt  under strategy::fsdp<> only: rank R's optimizer state (over its
+//                     shards); optimizer.pt then only records that the state is sharded
 //   manifest.json     every other file's size and CRC-32 (zlib), written last
 //
 // A checkpoint is written into `.tmp_checkpoint_NNNNNN` beside it, every file fsynced, then the
@@ -26,6 +28,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iomanip>
 #include <map>
 #include <mutex>
@@ -61,6 +64,12 @@ inline std::string rank(int r) {
   std::snprintf(buf, sizeof buf, "rank_%05d.json", r);
   return buf;
 }
+/// Rank r's optimizer state when the strategy shards it (strategy::fsdp<>).
+inline std::string rank_optimizer(int r) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "optimizer_rank_%05d.pt", r);
+  return buf;
+}
 }  // namespace files
 
 /// "checkpoint_000042" for iteration 42.
@@ -81,6 +90,8 @@ inline std::optional<std::int64_t> iteration_of(const std::string& dir_name) {
 }
 
 namespace detail {
+
+inline constexpr const char* sharded_optimizer_key = "dtrain_optimizer_sharded_over_ranks";
 
 inline std::uint32_t crc32_of(const char* data, std::size_t n, std::uint32_t crc = 0) {
   uLong c = crc == 0 ? ::crc32(0L, Z_NULL, 0) : crc;
@@ -322,6 +333,8 @@ class Checkpoint {
   void load_model(M& module) const {
     torch::nn::Module& m = as_module(module);
     const auto state = model_state();
+    // A model the worker context prepared under a sharding strategy loads through it.
+    if (model_loader_ && model_loader_(m, state, (path_ / files::model).string())) return;
     torch::NoGradGuard no_grad;
     auto load = [&](const std::string& name, torch::Tensor& dst) {
       auto it = state.find(name);
@@ -338,10 +351,34 @@ class Checkpoint {
   }
 
   /// Loads the saved optimizer state into `optimizer` (built over the same parameters).
+  ///
+  /// The optimizer state of a strategy::fsdp<> checkpoint is sharded: rank r loads its own piece,
+  /// which needs the same world size and an optimizer over ctx.parameters(model) under fsdp<>.
+  /// Loading sharded state into an optimizer over full parameters (ddp<>), or the reverse, throws
+  /// ConfigError: load the weights only (restore(model) or load_model(model)) and let the optimizer
+  /// start afresh.
   template <class Optimizer>
   void load_optimizer(Optimizer& optimizer) const {
+    const bool saved_sharded = std::filesystem::exists(path_ / files::rank_optimizer(0));
+    if (saved_sharded != sharded_optimizer_)
+      throw ConfigError(path_.string() + ": its optimizer state was saved " +
+                        (saved_sharded ? "sharded over " + std::to_string(world_size_) + " ranks (strategy::fsdp<>)"
+                                       : std::string("whole (strategy::ddp<>)")) +
+                        ", and this optimizer is over " +
+                        (sharded_optimizer_ ? "this rank's fsdp<> shards" : "full parameters") +
+                        "; the two do not convert. Load the weights only with restore(model) or load_model(model) "
+                        "(model.pt converts between ddp<> and fsdp<>), and let the optimizer start afresh");
+    std::filesystem::path file = path_ / files::optimizer;
+    if (saved_sharded) {
+      if (rank_ < 0 || rank_ >= world_size_)
+        throw ConfigError(path_.string() + ": its optimizer state is sharded over " + std::to_string(world_size_) +
+                          " ranks and this group's rank " + std::to_string(rank_) +
+                          " has no piece; resume with the same number of workers, or load the weights only "
+                          "with restore(model)");
+      file = path_ / files::rank_optimizer(rank_);
+    }
     torch::serialize::InputArchive archive;
-    archive.load_from((path_ / files::optimizer).string());
+    archive.load_from(file.string());
     optimizer.load(archive);
   }
 
@@ -380,6 +417,13 @@ class Checkpoint {
   /// The rank restore() restores the generator of (-1: none); set by the worker context.
   void set_rank(int rank) { rank_ = rank; }
 
+  /// Set by the worker context (ctx.attach): whether optimizers here step sharded state, and a
+  /// loader for models prepared under a sharding strategy (returns false for other modules).
+  void set_sharded_optimizer(bool on) { sharded_optimizer_ = on; }
+  using model_loader = std::function<bool(torch::nn::Module&, const std::map<std::string, torch::Tensor>&,
+                                          const std::string&)>;
+  void set_model_loader(model_loader loader) { model_loader_ = std::move(loader); }
+
  private:
   template <class M>
   static torch::nn::Module& as_module(M& m) {
@@ -392,6 +436,8 @@ class Checkpoint {
   std::int64_t iteration_ = 0, epoch_ = 0, steps_ = 0;
   int world_size_ = 1;
   int rank_ = -1;
+  bool sharded_optimizer_ = false;
+  model_loader model_loader_;
 };
 
 /// The checkpoint directories under `run_dir`, newest first (by iteration; not verified).

@@ -45,6 +45,7 @@ struct Snapshot {
   bool has_model = false;
   c10::Dict<std::string, at::Tensor> model;  // rank 0 only: the state is replicated
   std::string optimizer;                     // rank 0 only: the serialized OutputArchive
+  bool sharded_optimizer = false;            // every rank's own optimizer state (strategy::fsdp<>)
   Metrics extras;
   torch::Tensor generator;  // this rank's default CPU generator
   std::int64_t epoch = 0, position = 0, steps = 0;
@@ -103,6 +104,16 @@ inline std::optional<std::int64_t> fault_iteration() {
   return std::stoll(v);
 }
 
+/// optimizer.pt of a checkpoint whose optimizer state is sharded: an archive that names the world
+/// size, so that a plain optimizer.load() of it fails instead of loading something else.
+inline std::string sharded_optimizer_marker(int world_size) {
+  torch::serialize::OutputArchive archive;
+  archive.write(sharded_optimizer_key, torch::tensor(static_cast<std::int64_t>(world_size)));
+  std::ostringstream os;
+  archive.save_to(os);
+  return os.str();
+}
+
 /// Writes this rank's file of checkpoint `iteration` into the temporary directory.
 inline void write_rank_file(const std::filesystem::path& tmp, int rank, const Snapshot& s) {
   const auto gen = s.generator.contiguous();
@@ -111,6 +122,7 @@ inline void write_rank_file(const std::filesystem::path& tmp, int rank, const Sn
                       {"position", s.position},
                       {"rng", to_hex(gen.data_ptr<std::uint8_t>(), static_cast<std::size_t>(gen.numel()))}};
   write_file(tmp / files::rank(rank), j.dump());
+  if (s.sharded_optimizer) write_file(tmp / files::rank_optimizer(rank), s.optimizer);
 }
 
 /// Rank 0's part: the replicated state, then (once every rank's file is there, `wait_for_ranks`)
@@ -128,7 +140,9 @@ std::filesystem::path commit(const std::filesystem::path& run_dir, std::int64_t 
   const auto model = torch::jit::pickle_save(c10::IValue(s.model));
   if (crash_inside) crash_after_bytes() = model.size() / 2;
   add(files::model, model.size(), write_file(tmp / files::model, model.data(), model.size()));
-  add(files::optimizer, s.optimizer.size(), write_file(tmp / files::optimizer, s.optimizer));
+  // Optimizer state sharded per rank: optimizer.pt only says so, each rank's file holds its piece.
+  const std::string optimizer = s.sharded_optimizer ? sharded_optimizer_marker(world_size) : s.optimizer;
+  add(files::optimizer, optimizer.size(), write_file(tmp / files::optimizer, optimizer));
   const nlohmann::json state = {{"iteration", iteration}, {"epoch", s.epoch}, {"position", s.position},
                                 {"steps", s.steps}, {"world_size", world_size},
                                 {"metrics", reported}, {"extras", s.extras}};
@@ -138,6 +152,10 @@ std::filesystem::path commit(const std::filesystem::path& run_dir, std::int64_t 
   for (int r = 0; r < world_size; ++r) {
     const auto [crc, size] = crc32_of_file(tmp / files::rank(r));
     add(files::rank(r), size, crc);
+    if (s.sharded_optimizer) {
+      const auto [ocrc, osize] = crc32_of_file(tmp / files::rank_optimizer(r));
+      add(files::rank_optimizer(r), osize, ocrc);
+    }
   }
   const nlohmann::json manifest = {{"format", 1}, {"iteration", iteration}, {"world_size", world_size},
                                    {"files", entries}};

@@ -1,5 +1,6 @@
 #pragma once
-// Allreduce and broadcast through shared memory, for ranks that share one machine.
+// Allreduce, broadcast, allgather and reduce-scatter through shared memory, for ranks that share
+// one machine.
 //
 // On one host, Gloo's TCP loopback copies every byte through the kernel twice; here each rank
 // copies its tensor into a shared segment once, reduces one slice of it, and copies the result
@@ -99,6 +100,16 @@ class shm_channel {
   /// Copies root's `t` into every rank's `t`.
   std::shared_future<void> broadcast(torch::Tensor t, int root) {
     return submit([this, t, root]() mutable { broadcast_now(t, root); });
+  }
+  /// Rank r's `piece` (contiguous, any dtype) into out[r*n, (r+1)*n), n = piece.numel(), on
+  /// every rank: each rank copies its piece in once and every piece out once.
+  std::shared_future<void> allgather(torch::Tensor out, torch::Tensor piece) {
+    return submit([this, out, piece]() mutable { allgather_now(out, piece); });
+  }
+  /// `out` (n values) = sum (or mean) over ranks of in[rank*n, (rank+1)*n): each rank copies all
+  /// of `in` in, reduces only its slice and copies only that out (`in` is left unchanged).
+  std::shared_future<void> reduce_scatter(torch::Tensor out, torch::Tensor in, bool mean) {
+    return submit([this, out, in, mean]() mutable { reduce_scatter_now(out, in, mean); });
   }
 
   /// Called about once a second while a collective waits for a peer; it may throw to give up early
@@ -224,6 +235,42 @@ class shm_channel {
       if (rank_ != root) std::memcpy(data + at, slot(root), n);
       barrier();  // the root's slot is free again
     }
+  }
+
+  void allgather_now(torch::Tensor& out, const torch::Tensor& piece) {
+    const char* in = static_cast<const char*>(piece.data_ptr());
+    char* dst = static_cast<char*>(out.data_ptr());
+    const std::size_t total = static_cast<std::size_t>(piece.numel()) * piece.element_size();
+    for (std::size_t at = 0; at < total; at += kSlotBytes) {
+      const std::size_t n = std::min(kSlotBytes, total - at);
+      std::memcpy(slot(rank_), in + at, n);
+      barrier();  // every rank staged its chunk
+      for (int q = 0; q < world_; ++q) std::memcpy(dst + q * total + at, slot(q), n);
+      barrier();  // the slots are free again
+    }
+  }
+
+  void reduce_scatter_now(torch::Tensor& out, const torch::Tensor& in, bool mean) {
+    AT_DISPATCH_FLOATING_TYPES(in.scalar_type(), "dtrain_shm_reduce_scatter", [&] {
+      const scalar_t* src = in.data_ptr<scalar_t>();
+      scalar_t* dst = out.data_ptr<scalar_t>();
+      const std::size_t n = static_cast<std::size_t>(out.numel());
+      // A round stages chunk [at, at + c) of every rank's piece: world * c values per slot.
+      const std::size_t c_max = kSlotBytes / sizeof(scalar_t) / world_;
+      const scalar_t scale = mean ? scalar_t(1) / scalar_t(world_) : scalar_t(1);
+      for (std::size_t at = 0; at < n; at += c_max) {
+        const std::size_t c = std::min(c_max, n - at);
+        auto* staged = reinterpret_cast<scalar_t*>(slot(rank_));
+        for (int q = 0; q < world_; ++q) std::memcpy(staged + q * c, src + q * n + at, c * sizeof(scalar_t));
+        barrier();  // every rank staged its chunks
+        for (std::size_t i = 0; i < c; ++i) {
+          scalar_t sum = 0;
+          for (int q = 0; q < world_; ++q) sum += reinterpret_cast<const scalar_t*>(slot(q))[rank_ * c + i];
+          dst[at + i] = sum * scale;
+        }
+        barrier();  // every rank read its slice: the slots are free again
+      }
+    });
   }
 
   int rank_, world_;

@@ -18,7 +18,7 @@ struct backend {};
 struct sampler {};
 /// Where and whether checkpoints are written (checkpointer::none).
 struct checkpointer {};
-/// How the model is wrapped and its gradients synchronised (strategy::ddp<>).
+/// How the model is wrapped and its gradients synchronised (strategy::ddp<>, strategy::fsdp<>).
 struct strategy {};
 /// Numeric precision of forward and backward (precision::fp32, precision::amp<bf16>).
 struct precision {};

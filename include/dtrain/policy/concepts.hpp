@@ -18,10 +18,15 @@ DTRAIN_NAMESPACE_BEGIN
 /// Backend. Minimal complete definition: `static constexpr bool uses_cuda`; `static torch::Device
 /// device(int local_rank)`; a nested `communicator` constructible from (store, WorkerIdentity,
 /// timeout) with `rank()`, `size()`, `allreduce(tensor&, reduce) -> Work`, `broadcast(tensor&, root)
-/// -> Work`, `barrier()`.
-/// Laws: after every rank's allreduce(t, sum).wait(), every rank's t is the elementwise sum; the
-/// collectives of one communicator complete in the order they were issued, on every rank.
-/// Models: backend::gloo.
+/// -> Work`, `allgather(flat_out&, in) -> Work`, `reduce_scatter(out&, flat_in&, reduce) -> Work`,
+/// `barrier()`. strategy::fsdp<> is written against allgather and reduce_scatter.
+/// Laws: after every rank's allreduce(t, sum).wait(), every rank's t is the elementwise sum; after
+/// allgather(out, in).wait(), out[r*n, (r+1)*n) is rank r's `in` (n = in.numel()); after
+/// reduce_scatter(out, in, sum).wait(), rank r's `out` is the sum over ranks of in[r*n, (r+1)*n)
+/// (n = out.numel()); the collectives of one communicator complete in the order they were issued,
+/// on every rank.
+/// Models: backend::gloo (Gloo has no reduce-scatter: through shared memory on one host, an
+/// allreduce plus a copy across hosts).
 template <class B>
 concept BackendPolicy = PolicyOf<B, category::backend> && requires(typename B::communicator& c, torch::Tensor& t) {
   { B::uses_cuda } -> std::convertible_to<bool>;
@@ -30,6 +35,8 @@ concept BackendPolicy = PolicyOf<B, category::backend> && requires(typename B::c
   { c.size() } -> std::convertible_to<int>;
   { c.allreduce(t, reduce::sum) } -> std::same_as<Work>;
   { c.broadcast(t, 0) } -> std::same_as<Work>;
+  { c.allgather(t, t) } -> std::same_as<Work>;
+  { c.reduce_scatter(t, t, reduce::sum) } -> std::same_as<Work>;
   c.barrier();
 };
 
@@ -54,10 +61,15 @@ concept CheckpointerPolicy = PolicyOf<C, category::checkpointer> && requires {
 };
 
 /// Strategy. Minimal complete definition: a nested `template <class Communicator> class state`
-/// constructible from (torch::nn::Module&, Communicator&), with `set_sync(bool)`.
-/// Laws: after a synchronised backward every rank holds the same gradients; under set_sync(false)
-/// backward issues no collective.
-/// Models: strategy::ddp<>.
+/// constructible from (torch::nn::Module&, Communicator&), with `set_sync(bool)`. Optional, found
+/// by detection: `parameters()` (what the optimizer steps; the model's parameters when absent),
+/// `forward(f)` (runs the model's forward f around gathering), `check_optimizer(params)`,
+/// `full_state()` and `load_full_state(tensors, source)` (checkpoints in ddp<>'s model.pt format),
+/// `held_bytes()`, and `static constexpr bool shards_optimizer` (each rank checkpoints its own
+/// optimizer state).
+/// Laws: after a synchronised backward every rank holds the same gradients (under fsdp<>: the same
+/// full gradient, each rank its shard of it); under set_sync(false) backward issues no collective.
+/// Models: strategy::ddp<>, strategy::fsdp<>.
 template <class S>
 concept StrategyPolicy = PolicyOf<S, category::strategy> &&
     std::constructible_from<typename S::template state<backend::gloo::communicator>, torch::nn::Module&,

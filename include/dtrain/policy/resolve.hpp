@@ -17,6 +17,7 @@
 #include <dtrain/precision/fp32.hpp>
 #include <dtrain/sampler/distributed.hpp>
 #include <dtrain/strategy/ddp.hpp>
+#include <dtrain/strategy/fsdp.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -53,7 +54,7 @@ constexpr bool checked_is_policy() {
                 "dtrain::Trainer<Model, Dataset, Policies...>: this argument is not a dtrain policy "
                 "(it has no nested `using category = dtrain::category::<area>;`). Pass policies such as "
                 "dtrain::backend::gloo, dtrain::sampler::distributed<>, dtrain::checkpointer::directory<>, "
-                "dtrain::strategy::ddp<> or dtrain::precision::fp32; a policy of your own declares "
+                "dtrain::strategy::ddp<>, dtrain::strategy::fsdp<> or dtrain::precision::fp32; a policy of your own declares "
                 "its category.");
   return Policy<P>;
 }
@@ -69,7 +70,8 @@ constexpr bool checked_one_per_category() {
                 "dtrain::Trainer: more than one Checkpointer policy given; keep exactly one "
                 "(checkpointer::directory<> or checkpointer::none).");
   static_assert(count<category::strategy, Ps...> <= 1,
-                "dtrain::Trainer: more than one Strategy policy given; keep exactly one (strategy::ddp<>).");
+                "dtrain::Trainer: more than one Strategy policy given; keep exactly one "
+                "(strategy::ddp<> or strategy::fsdp<>).");
   static_assert(count<category::precision, Ps...> <= 1,
                 "dtrain::Trainer: more than one Precision policy given; keep exactly one "
                 "(precision::fp32 or precision::amp<bf16>).");
@@ -116,7 +118,8 @@ struct set {
   // Each resolved policy provides what its category needs (policy/concepts.hpp).
   static_assert(!valid || BackendPolicy<backend>,
                 "dtrain::Trainer: the Backend policy lacks part of the BackendPolicy concept "
-                "(uses_cuda, device(local_rank), a communicator with allreduce/broadcast/barrier); see "
+                "(uses_cuda, device(local_rank), a communicator with allreduce/broadcast/allgather/"
+                "reduce_scatter/barrier); see "
                 "dtrain/policy/concepts.hpp");
   static_assert(!valid || SamplerPolicy<sampler>,
                 "dtrain::Trainer: the Sampler policy lacks `static std::vector<std::int64_t> indices(n, "
