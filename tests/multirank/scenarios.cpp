@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <thread>
 
@@ -56,20 +57,22 @@ torch::nn::Sequential small_model(std::int64_t features, std::int64_t hidden) {
 }
 
 using Trainer = dtrain::Trainer<torch::nn::Sequential, dtrain::data::TensorDataset>;
+// Loss scaling on CPU: bf16 autocast with the GradScaler fp16 uses on GPUs.
+using ScaledTrainer =
+    dtrain::Trainer<torch::nn::Sequential, dtrain::data::TensorDataset,
+                    dtrain::precision::amp<dtrain::precision::bf16, dtrain::precision::dynamic_loss_scale>>;
 
-}  // namespace
-
-int main(int argc, char** argv) try {
-  const Args a = parse(argc, argv);
+template <class Trainer>
+int run(const Args& a) {
   const bool big = a.scenario == "overlap";
   const std::int64_t features = big ? 512 : 20, hidden = big ? 512 : 32;
   const auto data = synthetic(1024, features);
 
-  Trainer trainer({.num_workers = a.workers, .threads_per_worker = a.threads},
+  Trainer trainer({.num_workers = a.workers, .threads_per_worker = a.threads, .use_gpu = a.scenario == "use_gpu"},
                   {.storage_path = a.storage, .name = a.scenario,
                    .rendezvous_timeout = std::chrono::milliseconds(a.rendezvous_ms),
                    .collective_timeout = std::chrono::seconds(20)});
-  const auto result = trainer.fit([&](Trainer::context& ctx) {
+  const auto result = trainer.fit([&](typename Trainer::context& ctx) {
     torch::manual_seed(ctx.world_rank() + 7);  // different initial weights: prepare_model must fix that
     auto model = ctx.prepare_model(small_model(features, hidden));
     torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
@@ -83,13 +86,21 @@ int main(int argc, char** argv) try {
         if (a.scenario == "sigkill" && ctx.world_rank() == 1 && step == 3) std::raise(SIGKILL);
         if (a.scenario == "hang") std::this_thread::sleep_for(std::chrono::hours(1));
         sgd.zero_grad();
-        auto loss = torch::nn::functional::cross_entropy(model->forward(batch.data), batch.target);
+        torch::Tensor loss;
+        {
+          auto autocast = ctx.autocast();
+          loss = torch::nn::functional::cross_entropy(model->forward(batch.data).to(torch::kFloat), batch.target);
+        }
         if (a.scenario == "no_sync" && step % 2 == 0) {
           auto guard = ctx.no_sync();
           ctx.backward(loss);
         } else {
           ctx.backward(loss);
         }
+        // amp_overflow: rank 1 alone finds an inf in its (already averaged) gradients at step 2;
+        // every rank must skip that step, so the parameters stay equal.
+        if (a.scenario == "amp_overflow" && ctx.world_rank() == 1 && step == 2)
+          model->parameters()[0].mutable_grad()[0][0] = std::numeric_limits<float>::infinity();
         if (a.scenario != "no_sync" || step % 2 == 1) ctx.step(sgd);
         ++step;
       }
@@ -102,7 +113,7 @@ int main(int argc, char** argv) try {
     const auto& stats = ctx.strategy().stats();
     // Every rank must hold the same parameters: compare each rank's checksum with rank 0's.
     double checksum = 0;
-    for (const auto& p : model->parameters()) checksum += p.sum().item<double>();
+    for (const torch::Tensor& p : model->parameters()) checksum += p.sum().item<double>();
     const double checksum_max = ctx.all_reduce(checksum, dtrain::reduce::max);
     const double checksum_min = ctx.all_reduce(checksum, dtrain::reduce::min);
     if (ctx.world_rank() == 0 && !a.out.empty()) {
@@ -116,12 +127,22 @@ int main(int argc, char** argv) try {
                 {"grads_pending_at_first_launch", stats.grads_pending_at_first_launch},
                 {"synced_steps", stats.synced_steps},
                 {"ranks_agree", checksum_max == checksum_min},
-                {"world", ctx.world_size()}});
+                {"world", ctx.world_size()},
+                {"skipped_min", ctx.all_reduce(static_cast<double>(ctx.skipped_steps()), dtrain::reduce::min)},
+                {"skipped_max", ctx.all_reduce(static_cast<double>(ctx.skipped_steps()), dtrain::reduce::max)}});
   });
   std::cout << "RESULT";
   for (const auto& [k, v] : result.metrics) std::cout << ' ' << k << '=' << v.text();
   std::cout << " rows=" << result.metrics_history.size() << " path=" << result.path.string() << std::endl;
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Args a = parse(argc, argv);
+  if (a.scenario.rfind("amp_", 0) == 0) return run<ScaledTrainer>(a);
+  return run<Trainer>(a);
 } catch (const dtrain::Error& e) {
   std::cout << "ERROR " << e.what() << std::endl;
   return 3;

@@ -255,3 +255,26 @@ TEST_CASE("killing the driver takes its workers with it", "[multirank][failure]"
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   CHECK(processes_with(tag) == 0);
 }
+
+TEST_CASE("an overflow on one rank makes every rank skip the step and back the loss scale off", "[multirank][amp]") {
+  const auto tag = unique_tag();
+  auto r = scenario("amp_overflow --workers 2 --steps 6 --storage " + (fs::temp_directory_path() / tag).string(), tag);
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  // Only rank 1 saw the inf; the found-inf flag is agreed over ranks, so both skipped step 2.
+  CHECK(metric(r.output, "skipped_min") == 1);
+  CHECK(metric(r.output, "skipped_max") == 1);
+  CHECK(metric(r.output, "ranks_agree") == 1);
+  // The metrics rows carry the skip count and the scale: 2^16 halved once.
+  CHECK(metric(r.output, "skipped_steps") == 1);
+  CHECK(metric(r.output, "loss_scale") == 32768);
+}
+
+TEST_CASE("use_gpu with a CPU backend is refused before any worker starts", "[multirank][config]") {
+  const auto tag = unique_tag();
+  auto r = scenario("use_gpu --workers 2 --steps 1", tag);
+  INFO(r.output);
+  CHECK(r.status == 3);
+  CHECK(r.output.find("ScalingConfig::use_gpu is set but the Trainer's backend (gloo) runs on CPU") != std::string::npos);
+  CHECK(r.output.find("dtrain::backend::nccl") != std::string::npos);
+}

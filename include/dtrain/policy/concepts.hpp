@@ -21,7 +21,10 @@ DTRAIN_NAMESPACE_BEGIN
 /// -> Work`, `barrier()`.
 /// Laws: after every rank's allreduce(t, sum).wait(), every rank's t is the elementwise sum; the
 /// collectives of one communicator complete in the order they were issued, on every rank.
-/// Models: backend::gloo.
+/// Optional: `available` (false: this build lacks what the backend needs; policy::set then rejects
+/// it with a message naming the fix), `batch_transfer` (how ctx.shard() moves batches to device()),
+/// `reduce_scatter(out_shard, in_full, reduce)` and `allgather(out_full_flat, in_shard)`.
+/// Models: backend::gloo, backend::nccl.
 template <class B>
 concept BackendPolicy = PolicyOf<B, category::backend> && requires(typename B::communicator& c, torch::Tensor& t) {
   { B::uses_cuda } -> std::convertible_to<bool>;
@@ -66,8 +69,10 @@ concept StrategyPolicy = PolicyOf<S, category::strategy> &&
 
 /// Precision. Minimal complete definition: `static constexpr bool requires_cuda`; a nested `state`
 /// constructible from torch::Device with `autocast()` (an RAII scope), `backward(loss)` and
-/// `step(optimizer) -> bool` (false: the step was skipped).
-/// Models: precision::fp32, precision::amp<bf16>.
+/// `step(optimizer) -> bool` (false: the step was skipped). Optional: a constructor from
+/// (torch::Device, Communicator&), which the context prefers (amp's GradScaler agrees on overflows
+/// over ranks); `loss_scaling`, `skipped_steps()` and `loss_scale()`, which the metrics rows report.
+/// Models: precision::fp32, precision::amp<bf16>, precision::amp<fp16>.
 template <class P>
 concept PrecisionPolicy = PolicyOf<P, category::precision> && std::constructible_from<typename P::state, torch::Device> &&
     requires(typename P::state& s, const torch::Tensor& loss) {
