@@ -314,6 +314,8 @@ class Context {
   /// for all, and writes the metrics table. Not for the loop to call.
   void finish() {
     if constexpr (persists) wait_for_write();
+    // A GPU backend's collectives complete on the device: surface their errors before finishing.
+    if constexpr (requires { comm_.synchronize(); }) comm_.synchronize();
     store_->set(launch::key(who_.attempt, "finished/" + std::to_string(who_.rank)),
                 launch::to_bytes(std::to_string(reports_)));
     arrive("finished", "the end of the train loop");

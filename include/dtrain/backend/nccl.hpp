@@ -182,8 +182,8 @@ struct nccl {
       }
     }
 
-    /// `check` runs about once a second from the watchdog while a collective is older than a
-    /// second; when it throws (a peer failed or left the loop) the communicator is aborted.
+    /// `check` runs about once a second from the watchdog while a collective is older than
+    /// kStallSeconds; when it throws (a peer failed or left the loop) the communicator is aborted.
     void on_stall(std::function<void()> check) {
       std::lock_guard<std::mutex> lock(mutex_);
       on_stall_ = std::move(check);
@@ -258,6 +258,14 @@ struct nccl {
                  });
     }
 
+    /// Waits (on the host) for this rank's work on the current and the communication stream, and
+    /// throws what the watchdog saw. The context calls it before a rank reports that it finished.
+    void synchronize() {
+      c10::cuda::getCurrentCUDAStream(device_.index()).synchronize();
+      stream_.synchronize();
+      state_->rethrow();
+    }
+
     /// Returns when every rank got here and every collective issued before it is done.
     void barrier() {
       auto t = torch::zeros({1}, torch::TensorOptions().device(device_));
@@ -267,6 +275,10 @@ struct nccl {
     }
 
    private:
+    // A collective pending this long makes the watchdog ask the context whether a peer failed or
+    // left the loop. Long enough that a GPU running behind its host is not taken for a stall.
+    static constexpr int kStallSeconds = 10;
+
     static torch::Device select_device(const launch::WorkerIdentity& who) {
       const int count = c10::cuda::device_count();
       if (who.local_rank >= count)
@@ -403,7 +415,7 @@ struct nccl {
                                   "different collectives");
           continue;
         }
-        if (on_stall_ && now - oldest.started > std::chrono::seconds(1) &&
+        if (on_stall_ && now - oldest.started > std::chrono::seconds(kStallSeconds) &&
             now - last_stall_check > std::chrono::seconds(1)) {
           last_stall_check = now;
           auto check_peers = on_stall_;
