@@ -62,6 +62,18 @@ using ScaledTrainer =
     dtrain::Trainer<torch::nn::Sequential, dtrain::data::TensorDataset,
                     dtrain::precision::amp<dtrain::precision::bf16, dtrain::precision::dynamic_loss_scale>>;
 
+// The CPU stand-in for backend::nccl's cuda_transfer: a backend with a batch_transfer makes
+// ctx.shard() prefetch, which this exercises without a GPU.
+struct cpu_transfer {
+  explicit cpu_transfer(torch::Device) {}
+  dtrain::data::Batch start(dtrain::data::Batch b) const { return b; }
+  dtrain::data::Batch finish(dtrain::data::Batch b) const { return b; }
+};
+struct prefetching_gloo : dtrain::backend::gloo {
+  using batch_transfer = cpu_transfer;
+};
+using PrefetchTrainer = dtrain::Trainer<torch::nn::Sequential, dtrain::data::TensorDataset, prefetching_gloo>;
+
 template <class Trainer>
 int run(const Args& a) {
   const bool big = a.scenario == "overlap";
@@ -81,6 +93,11 @@ int run(const Args& a) {
       (void)epoch;
       for (auto batch : ctx.shard(data, a.batch)) {
         if (step == a.steps) break;
+        // The position a checkpoint saves counts the batches the loop received, even when the
+        // next one was read ahead.
+        if ((a.scenario == "prefetch" || a.scenario == "equivalence") && ctx.sampler_position() != step + 1)
+          throw std::runtime_error("sampler position " + std::to_string(ctx.sampler_position()) + " at batch " +
+                                   std::to_string(step));
         if (a.scenario == "throw" && ctx.world_rank() == 1 && step == 3)
           throw std::runtime_error("boom at step 3");
         if (a.scenario == "sigkill" && ctx.world_rank() == 1 && step == 3) std::raise(SIGKILL);
@@ -142,6 +159,7 @@ int run(const Args& a) {
 int main(int argc, char** argv) try {
   const Args a = parse(argc, argv);
   if (a.scenario.rfind("amp_", 0) == 0) return run<ScaledTrainer>(a);
+  if (a.scenario == "prefetch") return run<PrefetchTrainer>(a);
   return run<Trainer>(a);
 } catch (const dtrain::Error& e) {
   std::cout << "ERROR " << e.what() << std::endl;

@@ -278,3 +278,18 @@ TEST_CASE("use_gpu with a CPU backend is refused before any worker starts", "[mu
   CHECK(r.output.find("ScalingConfig::use_gpu is set but the Trainer's backend (gloo) runs on CPU") != std::string::npos);
   CHECK(r.output.find("dtrain::backend::nccl") != std::string::npos);
 }
+
+TEST_CASE("a prefetching shard trains exactly as the plain one and counts the batches the loop got", "[multirank][prefetch]") {
+  const auto tag = unique_tag();
+  const fs::path plain = fs::temp_directory_path() / (tag + "_plain.pt"),
+                 ahead = fs::temp_directory_path() / (tag + "_prefetch.pt");
+  auto r1 = scenario("equivalence --workers 2 --steps 6 --out " + plain.string(), tag);
+  INFO(r1.output);
+  REQUIRE(r1.status == 0);
+  auto r2 = scenario("prefetch --workers 2 --steps 6 --out " + ahead.string(), tag);
+  INFO(r2.output);
+  REQUIRE(r2.status == 0);  // the scenario throws if sampler_position() counted the batch read ahead
+  const auto a = load_params(plain), b = load_params(ahead);
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(torch::equal(a[i], b[i]));
+}

@@ -170,16 +170,15 @@ struct nccl {
     communicator& operator=(const communicator&) = delete;
 
     ~communicator() {
+      // Pending collectives finish first; the watchdog still aborts one that never does.
+      if (!aborted_) cudaStreamSynchronize(stream_.stream());
       {
         std::lock_guard<std::mutex> lock(mutex_);
         stop_ = true;
       }
       wake_.notify_all();
       if (watchdog_.joinable()) watchdog_.join();
-      if (comm_ && !aborted_) {
-        stream_.synchronize();
-        ncclCommDestroy(comm_);
-      }
+      if (comm_ && !aborted_) ncclCommDestroy(comm_);
     }
 
     /// `check` runs about once a second from the watchdog while a collective is older than
