@@ -18,6 +18,9 @@ struct ScalingConfig {
   /// Intra-op threads per worker; OPENBLAS_NUM_THREADS and OMP_NUM_THREADS are set to the same
   /// number, so BLAS does not start threads of its own beside torch's pool.
   int threads_per_worker = 1;
+  /// One GPU per worker: worker LOCAL_RANK uses cuda:LOCAL_RANK. Needs a CUDA backend
+  /// (backend::nccl), and a CUDA backend needs it: fit() throws ConfigError on a mismatch.
+  bool use_gpu = false;
 
   void validate() const {
     if (num_workers < 1)

@@ -28,6 +28,7 @@
 #include <dtrain/checkpointer/directory.hpp>
 #include <dtrain/config.hpp>
 #include <dtrain/data/dataset.hpp>
+#include <dtrain/data/prefetch.hpp>
 #include <dtrain/data/shard.hpp>
 #include <dtrain/detail/memory.hpp>
 #include <dtrain/error.hpp>
@@ -81,7 +82,7 @@ class Context {
         device_(backend::device(who.local_rank)),
         comm_(c10::make_intrusive<c10d::PrefixStore>(launch::key(who.attempt, "pg"), store_),
               who, run.collective_timeout),
-        precision_(device_) {
+        precision_(make_precision(device_, comm_)) {
     comm_.on_stall([this] { check_peers("a collective", false); });
     if (who_.rank == 0) std::filesystem::create_directories(run_.path());
     if constexpr (persists) {
@@ -225,14 +226,25 @@ class Context {
       else position_ = 0;
       skip_pending_ = false;
     }
-    return ranges::views::iota(skip, n_batches) |
-           ranges::views::transform([&split, order, batch_size, count, position](std::int64_t b) -> data::Batch {
-             if (position) *position = b + 1;
-             const std::int64_t begin = b * batch_size, len = std::min(batch_size, count - begin);
-             // from_blob does not copy; index_select reads it before `order` can go away.
-             const auto idx = torch::from_blob(const_cast<std::int64_t*>(order->data() + begin), {len}, torch::kInt64);
-             return split.get_batch(idx);
-           });
+    auto batches = [&split, order, batch_size, count, skip, n_batches](std::int64_t* position) {
+      return ranges::views::iota(skip, n_batches) |
+             ranges::views::transform([&split, order, batch_size, count, position](std::int64_t b) -> data::Batch {
+               if (position) *position = b + 1;
+               const std::int64_t begin = b * batch_size, len = std::min(batch_size, count - begin);
+               // from_blob does not copy; index_select reads it before `order` can go away.
+               const auto idx = torch::from_blob(const_cast<std::int64_t*>(order->data() + begin), {len}, torch::kInt64);
+               return split.get_batch(idx);
+             });
+    };
+    if constexpr (requires { typename backend::batch_transfer; }) {
+      // On a GPU backend the next batch moves to the device while this one trains; the position
+      // counts the batches handed to the loop, not the one read ahead.
+      std::function<void()> on_yield;
+      if (position) on_yield = [position, next = skip]() mutable { *position = ++next; };
+      return data::prefetch(batches(nullptr), typename backend::batch_transfer(device_), std::move(on_yield));
+    } else {
+      return batches(position);
+    }
   }
 
   /// Autocast for the forward pass while the returned scope lives (a no-op under fp32).
@@ -252,6 +264,13 @@ class Context {
   }
   /// Optimizer steps taken through step() on this rank.
   std::int64_t steps() const { return steps_; }
+  /// Of those, the steps the Precision policy skipped (an inf or NaN gradient under loss scaling).
+  std::int64_t skipped_steps() const {
+    if constexpr (requires { precision_.skipped_steps(); }) return precision_.skipped_steps();
+    else return 0;
+  }
+  /// The Precision policy's per-worker state (amp's GradScaler, for instance).
+  precision_state& precision() { return precision_; }
 
   /// While the returned guard lives, backward passes accumulate gradients locally without
   /// synchronising them (gradient accumulation: k-1 of every k micro-batches).
@@ -365,7 +384,7 @@ class Context {
 
   /// `value` reduced over all ranks (mean, sum, max or min); every rank gets the result.
   double all_reduce(double value, reduce op = reduce::mean) {
-    auto t = torch::full({1}, value, torch::kFloat64);
+    torch::Tensor t = torch::full({1}, value, torch::TensorOptions().dtype(torch::kFloat64).device(comm_device()));
     comm_.allreduce(t, op).wait();
     return t.item<double>();
   }
@@ -377,6 +396,8 @@ class Context {
   /// for all, and writes the metrics table. Not for the loop to call.
   void finish() {
     if constexpr (persists) wait_for_write();
+    // A GPU backend's collectives complete on the device: surface their errors before finishing.
+    if constexpr (requires { comm_.synchronize(); }) comm_.synchronize();
     store_->set(launch::key(who_.attempt, "finished/" + std::to_string(who_.rank)),
                 launch::to_bytes(std::to_string(reports_)));
     arrive("finished", "the end of the train loop");
@@ -430,6 +451,14 @@ class Context {
       for (auto& s : strategies_) s->check_optimizer(params);
     }
   }
+  // A precision state that can use the communicator (amp's GradScaler agrees on overflows over
+  // ranks) gets it.
+  static precision_state make_precision(torch::Device device, communicator_type& comm) {
+    if constexpr (std::is_constructible_v<precision_state, torch::Device, communicator_type&>) return precision_state(device, comm);
+    else return precision_state(device);
+  }
+  // Where the backend's collectives take their tensors.
+  torch::Device comm_device() const { return backend::uses_cuda ? device_ : torch::Device(torch::kCPU); }
 
   static double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -444,6 +473,12 @@ class Context {
     row.try_emplace("epoch", epoch_);
     row.try_emplace("step", steps_);
     row.try_emplace("timestamp", detail::unix_now());
+    if constexpr (requires { precision_state::loss_scaling; }) {
+      if constexpr (precision_state::loss_scaling) {
+        row.try_emplace("skipped_steps", precision_.skipped_steps());
+        row.try_emplace("loss_scale", precision_.loss_scale());
+      }
+    }
     if (who_.rank == 0) MetricsHistory::append_jsonl(history_path(), row);
     return row;
   }

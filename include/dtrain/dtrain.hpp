@@ -11,6 +11,7 @@
 #include <dtrain/policy/concepts.hpp>
 #include <dtrain/policy/resolve.hpp>
 #include <dtrain/backend/gloo.hpp>
+#include <dtrain/backend/nccl.hpp>
 #include <dtrain/sampler/distributed.hpp>
 #include <dtrain/sampler/sequential.hpp>
 #include <dtrain/checkpointer/checkpoint.hpp>
@@ -20,9 +21,11 @@
 #include <dtrain/strategy/fsdp.hpp>
 #include <dtrain/precision/fp32.hpp>
 #include <dtrain/precision/amp.hpp>
+#include <dtrain/precision/grad_scaler.hpp>
 
 #include <dtrain/data/dataset.hpp>
 #include <dtrain/data/fashion_mnist.hpp>
+#include <dtrain/data/prefetch.hpp>
 #include <dtrain/data/shard.hpp>
 #include <dtrain/evaluation/classification.hpp>
 

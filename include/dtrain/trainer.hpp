@@ -101,6 +101,16 @@ class Trainer {
   Result fit(Loop&& loop) {
     scaling_.validate();
     run_.validate();
+    if (scaling_.use_gpu != policies::backend::uses_cuda) {
+      std::string backend_name = "a policy of your own";
+      if constexpr (requires { policies::backend::name; }) backend_name = policies::backend::name;
+      throw ConfigError(scaling_.use_gpu
+                            ? "ScalingConfig::use_gpu is set but the Trainer's backend (" + backend_name +
+                                  ") runs on CPU; add dtrain::backend::nccl to the Trainer's policies, or unset use_gpu"
+                            : "the Trainer's backend (" + backend_name +
+                                  ") runs on GPUs; set ScalingConfig::use_gpu = true (one GPU per worker), or use "
+                                  "dtrain::backend::gloo on CPU");
+    }
     if (!policies::checkpointer::persists && run_.resume_from)
       throw ConfigError("RunConfig::resume_from is set but the Trainer's Checkpointer is checkpointer::none, "
                         "which neither writes nor reads checkpoints; add dtrain::checkpointer::directory<> "

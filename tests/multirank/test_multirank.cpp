@@ -459,3 +459,41 @@ TEST_CASE("fsdp<> with an optimizer over model->parameters() fails with a clear 
                            Catch::Contains("ctx.parameters(model)"));
   CHECK(processes_with(tag) == 0);
 }
+
+TEST_CASE("an overflow on one rank makes every rank skip the step and back the loss scale off", "[multirank][amp]") {
+  const auto tag = unique_tag();
+  auto r = scenario("amp_overflow --workers 2 --steps 6 --storage " + (fs::temp_directory_path() / tag).string(), tag);
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  // Only rank 1 saw the inf; the found-inf flag is agreed over ranks, so both skipped step 2.
+  CHECK(metric(r.output, "skipped_min") == 1);
+  CHECK(metric(r.output, "skipped_max") == 1);
+  CHECK(metric(r.output, "ranks_agree") == 1);
+  // The metrics rows carry the skip count and the scale: 2^16 halved once.
+  CHECK(metric(r.output, "skipped_steps") == 1);
+  CHECK(metric(r.output, "loss_scale") == 32768);
+}
+
+TEST_CASE("use_gpu with a CPU backend is refused before any worker starts", "[multirank][config]") {
+  const auto tag = unique_tag();
+  auto r = scenario("use_gpu --workers 2 --steps 1", tag);
+  INFO(r.output);
+  CHECK(r.status == 3);
+  CHECK(r.output.find("ScalingConfig::use_gpu is set but the Trainer's backend (gloo) runs on CPU") != std::string::npos);
+  CHECK(r.output.find("dtrain::backend::nccl") != std::string::npos);
+}
+
+TEST_CASE("a prefetching shard trains exactly as the plain one and counts the batches the loop got", "[multirank][prefetch]") {
+  const auto tag = unique_tag();
+  const fs::path plain = fs::temp_directory_path() / (tag + "_plain.pt"),
+                 ahead = fs::temp_directory_path() / (tag + "_prefetch.pt");
+  auto r1 = scenario("equivalence --workers 2 --steps 6 --out " + plain.string(), tag);
+  INFO(r1.output);
+  REQUIRE(r1.status == 0);
+  auto r2 = scenario("prefetch --workers 2 --steps 6 --out " + ahead.string(), tag);
+  INFO(r2.output);
+  REQUIRE(r2.status == 0);  // the scenario throws if sampler_position() counted the batch read ahead
+  const auto a = load_params(plain), b = load_params(ahead);
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(torch::equal(a[i], b[i]));
+}

@@ -15,12 +15,15 @@
 #include <range/v3/iterator/operations.hpp>
 #include <range/v3/range/concepts.hpp>
 #include <range/v3/range/primitives.hpp>
+#include <range/v3/view/iota.hpp>
 #include <range/v3/view/take.hpp>
+#include <range/v3/view/transform.hpp>
 #include <torch/torch.h>
 
 #include <dtrain/data/dataset.hpp>
 #include <dtrain/data/fashion_mnist.hpp>
 #include <dtrain/data/idx.hpp>
+#include <dtrain/data/prefetch.hpp>
 #include <dtrain/data/shard.hpp>
 #include <dtrain/error.hpp>
 
@@ -433,4 +436,60 @@ TEST_CASE("batches is a range-v3 view: sized, composable, owning its indices", "
   CHECK(to_vector(view[2].target) == std::vector<std::int64_t>{1});
   CHECK(torch::equal(view[1].data, copy[1].data));
   CHECK(to_vector(copy[1].target) == std::vector<std::int64_t>{16, 2, 3});
+}
+
+// ------------------------------------------------------------------------------------------------
+// data::prefetch (the CUDA transfer itself runs in tests/gpu; its ordering logic is here)
+
+namespace {
+// A transfer that records when each batch's move started and finished.
+struct logging_transfer {
+  std::vector<std::string>* log;
+  dtrain::data::Batch start(dtrain::data::Batch b) const {
+    log->push_back("start " + std::to_string(b.target[0].item<std::int64_t>()));
+    return b;
+  }
+  dtrain::data::Batch finish(dtrain::data::Batch b) const {
+    log->push_back("finish " + std::to_string(b.target[0].item<std::int64_t>()));
+    return b;
+  }
+};
+}  // namespace
+
+TEST_CASE("prefetch yields the same batches in the same order, one transfer ahead", "[data][prefetch]") {
+  const auto ds = numbered(10);
+  auto batches = [&] {
+    return ranges::views::iota(0, 5) | ranges::views::transform([&](int b) {
+             return ds.get_batch(torch::arange(2 * b, 2 * b + 2, torch::kInt64));
+           });
+  };
+  std::vector<std::string> log;
+  int yielded = 0;
+  std::vector<torch::Tensor> plain, prefetched;
+  for (const auto& b : batches()) plain.push_back(b.target);
+  for (const auto& b : dtrain::data::prefetch(batches(), logging_transfer{&log}, [&] { ++yielded; })) {
+    // While the loop holds batch i, batch i+1's transfer has started (and no further one).
+    const auto i = b.target[0].item<std::int64_t>();
+    CHECK(log.back() == (i < 8 ? "start " + std::to_string(i + 2) : std::string("finish 8")));
+    prefetched.push_back(b.target);
+  }
+  REQUIRE(prefetched.size() == plain.size());
+  for (std::size_t i = 0; i < plain.size(); ++i) CHECK(torch::equal(prefetched[i], plain[i]));
+  CHECK(yielded == 5);
+  CHECK(log.front() == "start 0");
+  CHECK(log[1] == "finish 0");
+  CHECK(log[2] == "start 2");
+  CHECK(log.size() == 10);
+
+  // The CPU transfer hands batches through unchanged; an empty range yields nothing.
+  int n = 0;
+  for (const auto& b : dtrain::data::prefetch(batches(), dtrain::data::no_transfer{})) {
+    CHECK(torch::equal(b.target, plain[n].clone()));
+    ++n;
+  }
+  CHECK(n == 5);
+  for (const auto& b : dtrain::data::prefetch(batches() | ranges::views::take(0), dtrain::data::no_transfer{})) {
+    (void)b;
+    FAIL("an empty range yielded a batch");
+  }
 }

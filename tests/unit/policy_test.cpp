@@ -1,14 +1,19 @@
 // policy/: the Policy concept and how policy::set<> resolves a Trainer's policies over the defaults.
 // Lists that must not compile are tested in tests/compile; everything here compiles.
 
+#include <cmath>
+#include <limits>
 #include <type_traits>
+#include <vector>
 
 #include <dtrain/backend/gloo.hpp>
+#include <dtrain/backend/nccl.hpp>
 #include <dtrain/checkpointer/none.hpp>
 #include <dtrain/policy/category.hpp>
 #include <dtrain/policy/resolve.hpp>
 #include <dtrain/precision/amp.hpp>
 #include <dtrain/precision/fp32.hpp>
+#include <dtrain/precision/grad_scaler.hpp>
 #include <dtrain/sampler/distributed.hpp>
 #include <dtrain/sampler/sequential.hpp>
 #include <dtrain/strategy/ddp.hpp>
@@ -102,6 +107,18 @@ TEST_CASE("The Policy concept accepts dtrain's policies", "[policy]") {
   STATIC_REQUIRE(d::Policy<user_checkpointer>);
 }
 
+TEST_CASE("backend::nccl is a backend policy, available exactly when the build has CUDA and NCCL", "[policy][nccl]") {
+  STATIC_REQUIRE(d::PolicyOf<d::backend::nccl, d::category::backend>);
+  STATIC_REQUIRE(d::backend::nccl::uses_cuda);
+  STATIC_REQUIRE(d::backend::nccl::available == bool(DTRAIN_WITH_CUDA));
+#if DTRAIN_WITH_CUDA
+  STATIC_REQUIRE(d::BackendPolicy<d::backend::nccl>);
+  STATIC_REQUIRE(resolves_to<d::policy::set<d::backend::nccl, d::precision::amp<d::precision::fp16>>, d::backend::nccl,
+                             d::sampler::distributed<>, d::checkpointer::none, d::strategy::ddp<>,
+                             d::precision::amp<d::precision::fp16>>);
+#endif
+}
+
 TEST_CASE("The Policy concept rejects types that do not declare a dtrain category", "[policy]") {
   STATIC_REQUIRE_FALSE(d::Policy<int>);
   STATIC_REQUIRE_FALSE(d::Policy<no_category>);
@@ -173,7 +190,177 @@ TEST_CASE("precision::amp<bf16> autocasts inside its scope only, and training st
   CHECK(layer->weight.scalar_type() == torch::kFloat);
 }
 
-TEST_CASE("precision::amp<bf16> on a CUDA device is refused with a clear error", "[precision]") {
+TEST_CASE("precision::amp on a CUDA device without CUDA is refused with a clear error", "[precision]") {
+  if (torch::cuda::is_available()) return;  // a CUDA build: tests/gpu covers it
   using amp = dtrain::precision::amp<dtrain::precision::bf16>;
-  CHECK_THROWS_WITH(amp::state(torch::Device(torch::kCUDA, 0)), Catch::Contains("autocasts on CPU only"));
+  CHECK_THROWS_WITH(amp::state(torch::Device(torch::kCUDA, 0)),
+                    Catch::Contains("this LibTorch has no CUDA") && Catch::Contains("backend::nccl"));
+}
+
+TEST_CASE("precision::amp<fp16> on CPU is refused where LibTorch cannot autocast CPU code to fp16", "[precision]") {
+  using amp = dtrain::precision::amp<dtrain::precision::fp16>;
+  STATIC_REQUIRE(amp::state::loss_scaling);  // fp16 scales its loss by default; bf16 does not
+  STATIC_REQUIRE_FALSE(dtrain::precision::amp<dtrain::precision::bf16>::state::loss_scaling);
+  if (dtrain::precision::detail::cpu_autocasts_fp16) return;
+  CHECK_THROWS_WITH(amp::state(torch::kCPU), Catch::Contains("bf16 only") && Catch::Contains("amp<bf16>"));
+}
+
+// --- GradScaler: dynamic loss scaling, tested on CPU in fp32 (its composite path) ----------------
+
+namespace {
+namespace p = dtrain::precision;
+
+struct scaled_fixture {
+  torch::nn::Linear layer{4, 3};
+  torch::Tensor x = torch::randn({8, 4}), y = torch::randn({8, 3});
+  scaled_fixture() { torch::manual_seed(3); layer = torch::nn::Linear(4, 3); }
+  torch::Tensor loss() { return torch::mse_loss(layer->forward(x), y); }
+  std::vector<torch::Tensor> params() const {
+    std::vector<torch::Tensor> v;
+    for (const auto& t : layer->parameters()) v.push_back(t.detach().clone());
+    return v;
+  }
+};
+
+bool same(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (!torch::equal(a[i], b[i])) return false;
+  return true;
+}
+}  // namespace
+
+TEST_CASE("GradScaler: PyTorch's defaults, and bad options are refused", "[precision][scaler]") {
+  p::GradScaler scaler(torch::kCPU);
+  CHECK(scaler.scale_value() == 65536.0);
+  CHECK(scaler.options().growth_factor == 2.0);
+  CHECK(scaler.options().backoff_factor == 0.5);
+  CHECK(scaler.options().growth_interval == 2000);
+  CHECK(scaler.scale(torch::ones({1})).item<double>() == 65536.0);
+  CHECK_THROWS_WITH(p::GradScaler(torch::kCPU, {.backoff_factor = 1.5}), Catch::Contains("backoff_factor"));
+  CHECK_THROWS_WITH(p::GradScaler(torch::kCPU, {.growth_interval = 0}), Catch::Contains("growth_interval"));
+  CHECK_THROWS_WITH(p::GradScaler(torch::kCPU, {.init_scale = -1}), Catch::Contains("init_scale"));
+}
+
+TEST_CASE("GradScaler: the unscaled gradients equal fp32's", "[precision][scaler]") {
+  scaled_fixture f;
+  f.loss().backward();
+  std::vector<torch::Tensor> fp32_grads;
+  for (auto& q : f.layer->parameters()) fp32_grads.push_back(q.grad().clone());
+  f.layer->zero_grad();
+
+  p::GradScaler scaler(torch::kCPU);
+  scaler.scale(f.loss()).backward();
+  torch::optim::SGD sgd(f.layer->parameters(), 0.1);
+  CHECK_FALSE(scaler.unscale(sgd));
+  std::size_t i = 0;
+  for (auto& q : f.layer->parameters()) CHECK(torch::allclose(q.grad(), fp32_grads[i++], 1e-5, 1e-7));
+  // step() after unscale() does not divide a second time: the step is fp32's step.
+  const auto before = f.params();
+  CHECK(scaler.step(sgd));
+  i = 0;
+  for (auto& q : f.layer->parameters()) {
+    CHECK(torch::allclose(q.detach(), before[i] - 0.1 * fp32_grads[i], 1e-5, 1e-7));
+    ++i;
+  }
+}
+
+TEST_CASE("GradScaler: an inf gradient skips the step, halves the scale and counts the skip", "[precision][scaler]") {
+  for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    scaled_fixture f;
+    p::GradScaler scaler(torch::kCPU);
+    torch::optim::SGD sgd(f.layer->parameters(), 0.1);
+    scaler.scale(f.loss()).backward();
+    f.layer->weight.mutable_grad()[0][1] = bad;  // an overflow in one element of one gradient
+    const auto before = f.params();
+    CHECK_FALSE(scaler.step(sgd));
+    CHECK(same(f.params(), before));  // parameters unchanged
+    CHECK(scaler.scale_value() == 32768.0);
+    CHECK(scaler.scale_tensor().item<double>() == 32768.0);
+    CHECK(scaler.skipped_steps() == 1);
+    CHECK(scaler.growth_tracker() == 0);
+    // The next clean step steps again at the lower scale.
+    sgd.zero_grad();
+    scaler.scale(f.loss()).backward();
+    CHECK(scaler.step(sgd));
+    CHECK_FALSE(same(f.params(), before));
+    CHECK(scaler.scale_value() == 32768.0);
+    CHECK(scaler.skipped_steps() == 1);
+  }
+}
+
+TEST_CASE("GradScaler: the scale grows by growth_factor after growth_interval clean steps", "[precision][scaler]") {
+  scaled_fixture f;
+  p::GradScaler scaler(torch::kCPU, {.init_scale = 1024, .growth_interval = 3});
+  torch::optim::SGD sgd(f.layer->parameters(), 0.01);
+  auto clean_step = [&] {
+    sgd.zero_grad();
+    scaler.scale(f.loss()).backward();
+    return scaler.step(sgd);
+  };
+  CHECK(clean_step());
+  CHECK(clean_step());
+  CHECK(scaler.scale_value() == 1024);
+  CHECK(scaler.growth_tracker() == 2);
+  CHECK(clean_step());
+  CHECK(scaler.scale_value() == 2048);
+  CHECK(scaler.growth_tracker() == 0);
+  // An overflow resets the count of clean steps.
+  CHECK(clean_step());
+  sgd.zero_grad();
+  scaler.scale(f.loss()).backward();
+  f.layer->bias.mutable_grad()[0] = std::numeric_limits<float>::infinity();
+  CHECK_FALSE(scaler.step(sgd));
+  CHECK(scaler.scale_value() == 1024);
+  CHECK(clean_step());
+  CHECK(clean_step());
+  CHECK(scaler.scale_value() == 1024);
+  CHECK(clean_step());
+  CHECK(scaler.scale_value() == 2048);
+  CHECK(scaler.skipped_steps() == 1);
+}
+
+TEST_CASE("GradScaler: an overflow on another rank skips this rank's step too", "[precision][scaler]") {
+  // `agree` is where the maximum over ranks is taken; here it plays a rank whose gradients overflowed.
+  scaled_fixture f;
+  int calls = 0;
+  p::GradScaler scaler(torch::kCPU, {}, [&](torch::Tensor& found_inf) {
+    ++calls;
+    CHECK(found_inf.item<float>() == 0);  // this rank's gradients are finite
+    found_inf.fill_(1.0);
+  });
+  torch::optim::SGD sgd(f.layer->parameters(), 0.1);
+  scaler.scale(f.loss()).backward();
+  const auto before = f.params();
+  CHECK_FALSE(scaler.step(sgd));
+  CHECK(calls == 1);
+  CHECK(same(f.params(), before));
+  CHECK(scaler.scale_value() == 32768.0);
+  CHECK(scaler.skipped_steps() == 1);
+}
+
+TEST_CASE("precision::amp<bf16, dynamic_loss_scale> scales the loss, trains, and skips overflowed steps", "[precision][scaler]") {
+  using amp = p::amp<p::bf16, p::dynamic_loss_scale>;
+  STATIC_REQUIRE(amp::state::loss_scaling);
+  STATIC_REQUIRE(dtrain::PrecisionPolicy<amp>);
+  amp::state state(torch::kCPU);
+  scaled_fixture f;
+  torch::optim::SGD sgd(f.layer->parameters(), 0.05);
+  double first = 0, last = 0;
+  for (int i = 0; i < 20; ++i) {
+    sgd.zero_grad();
+    torch::Tensor loss;
+    {
+      auto scope = state.autocast();
+      loss = torch::mse_loss(f.layer->forward(f.x).to(torch::kFloat), f.y);
+    }
+    state.backward(loss);
+    if (i == 5) f.layer->weight.mutable_grad()[0][0] = std::numeric_limits<float>::infinity();
+    CHECK(state.step(sgd) == (i != 5));
+    (i == 0 ? first : last) = loss.item<double>();
+  }
+  CHECK(last < 0.9 * first);
+  CHECK(state.skipped_steps() == 1);
+  CHECK(state.loss_scale() == 32768.0);
+  // The gradients the optimizer saw were unscaled: a scaled one would have diverged at once.
+  CHECK(std::isfinite(last));
 }

@@ -25,8 +25,10 @@ DTRAIN_NAMESPACE_BEGIN
 /// reduce_scatter(out, in, sum).wait(), rank r's `out` is the sum over ranks of in[r*n, (r+1)*n)
 /// (n = out.numel()); the collectives of one communicator complete in the order they were issued,
 /// on every rank.
+/// Optional: `available` (false: this build lacks what the backend needs; policy::set then rejects
+/// it with a message naming the fix), `batch_transfer` (how ctx.shard() moves batches to device()).
 /// Models: backend::gloo (Gloo has no reduce-scatter: through shared memory on one host, an
-/// allreduce plus a copy across hosts).
+/// allreduce plus a copy across hosts), backend::nccl (ncclAllGather, ncclReduceScatter).
 template <class B>
 concept BackendPolicy = PolicyOf<B, category::backend> && requires(typename B::communicator& c, torch::Tensor& t) {
   { B::uses_cuda } -> std::convertible_to<bool>;
@@ -78,8 +80,10 @@ concept StrategyPolicy = PolicyOf<S, category::strategy> &&
 
 /// Precision. Minimal complete definition: `static constexpr bool requires_cuda`; a nested `state`
 /// constructible from torch::Device with `autocast()` (an RAII scope), `backward(loss)` and
-/// `step(optimizer) -> bool` (false: the step was skipped).
-/// Models: precision::fp32, precision::amp<bf16>.
+/// `step(optimizer) -> bool` (false: the step was skipped). Optional: a constructor from
+/// (torch::Device, Communicator&), which the context prefers (amp's GradScaler agrees on overflows
+/// over ranks); `loss_scaling`, `skipped_steps()` and `loss_scale()`, which the metrics rows report.
+/// Models: precision::fp32, precision::amp<bf16>, precision::amp<fp16>.
 template <class P>
 concept PrecisionPolicy = PolicyOf<P, category::precision> && std::constructible_from<typename P::state, torch::Device> &&
     requires(typename P::state& s, const torch::Tensor& loss) {

@@ -59,10 +59,25 @@ constexpr bool checked_is_policy() {
   return Policy<P>;
 }
 
+// A backend whose build lacks what it needs (backend::nccl without CUDA) says `available = false`.
+template <class P>
+constexpr bool checked_available() {
+  if constexpr (requires { P::available; }) {
+    static_assert(P::available || !std::is_same_v<typename category_of<P>::type, category::backend>,
+                  "dtrain::Trainer: backend::nccl needs a LibTorch built with CUDA and NCCL: build against "
+                  "one (e.g. Python torch's, `-DCMAKE_PREFIX_PATH=$(python3 -c 'import torch; "
+                  "print(torch.utils.cmake_prefix_path)')`) with the CUDA and NCCL headers on the include "
+                  "path, or use dtrain::backend::gloo on CPU. See docs/gpu.md.");
+    return P::available;
+  } else {
+    return true;
+  }
+}
+
 template <class... Ps>
 constexpr bool checked_one_per_category() {
   static_assert(count<category::backend, Ps...> <= 1,
-                "dtrain::Trainer: more than one Backend policy given; keep exactly one (backend::gloo).");
+                "dtrain::Trainer: more than one Backend policy given; keep exactly one (backend::gloo or backend::nccl).");
   static_assert(count<category::sampler, Ps...> <= 1,
                 "dtrain::Trainer: more than one Sampler policy given; keep exactly one "
                 "(sampler::distributed<> or sampler::sequential).");
@@ -74,7 +89,7 @@ constexpr bool checked_one_per_category() {
                 "(strategy::ddp<> or strategy::fsdp<>).");
   static_assert(count<category::precision, Ps...> <= 1,
                 "dtrain::Trainer: more than one Precision policy given; keep exactly one "
-                "(precision::fp32 or precision::amp<bf16>).");
+                "(precision::fp32, precision::amp<bf16> or precision::amp<fp16>).");
   return ((count<category::backend, Ps...> <= 1) && (count<category::sampler, Ps...> <= 1) &&
           (count<category::checkpointer, Ps...> <= 1) && (count<category::strategy, Ps...> <= 1) &&
           (count<category::precision, Ps...> <= 1));
@@ -106,7 +121,8 @@ using lookup = typename std::decay_t<decltype(hana::at_key(std::declval<Map>(), 
 /// two policies of one category, and combinations that cannot work (see check_combination).
 template <class... Ps>
 struct set {
-  static constexpr bool valid = (detail::checked_is_policy<Ps>() && ...) && detail::checked_one_per_category<Ps...>();
+  static constexpr bool valid = (detail::checked_is_policy<Ps>() && ...) && detail::checked_one_per_category<Ps...>() &&
+                                (detail::checked_available<Ps>() && ...);
   // Only a valid list is gathered, so a rejected one stops at the messages above.
   using map_type = typename detail::gathered<valid, Ps...>::type;
   using backend = detail::lookup<map_type, category::backend>;
@@ -141,7 +157,7 @@ struct set {
     static_assert(!valid || !precision::requires_cuda || backend::uses_cuda,
                   "dtrain::Trainer: precision::amp<fp16> needs CUDA autocast and loss scaling, and "
                   "this backend runs on CPU, where LibTorch has no fp16 autocast. Use "
-                  "precision::amp<bf16> on CPU (or precision::fp32).");
+                  "precision::amp<bf16> on CPU (or precision::fp32), or backend::nccl on GPUs.");
     return true;
   }
   static_assert(check_combination());

@@ -1,14 +1,23 @@
 #pragma once
-// precision::amp<bf16>: automatic mixed precision through ATen's autocast.
+// precision::amp<bf16>, amp<fp16>: automatic mixed precision through ATen's autocast, with dynamic
+// loss scaling (GradScaler) where it is needed.
 
+#include <cstdint>
+#include <optional>
+#include <string>
 #include <type_traits>
+#include <utility>
 
 #include <ATen/autocast_mode.h>
+#include <torch/cuda.h>
 #include <torch/types.h>
 
+#include <dtrain/backend/gloo.hpp>
+#include <dtrain/detail/cuda.hpp>
 #include <dtrain/error.hpp>
 #include <dtrain/policy/category.hpp>
 #include <dtrain/precision/fp32.hpp>
+#include <dtrain/precision/grad_scaler.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -25,59 +34,105 @@ struct fp16 {
 };
 
 namespace detail {
-// LibTorch 1.13 spells autocast per device type (set_cpu_enabled, set_autocast_cpu_dtype); 2.x
-// takes the device type as an argument. This is the one place that knows.
-inline bool cpu_autocast_enabled() {
-#if defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2 && TORCH_VERSION_MINOR >= 4
-  return at::autocast::is_autocast_enabled(at::kCPU);
+// LibTorch before 2.4 spells autocast per device type (set_cpu_enabled, set_autocast_gpu_dtype);
+// 2.4 and later take the device type as an argument. This is the one place that knows.
+inline bool autocast_enabled(at::DeviceType type) {
+#if DTRAIN_TORCH_AT_LEAST(2, 4)
+  return at::autocast::is_autocast_enabled(type);
 #else
-  return at::autocast::is_cpu_enabled();
+  return type == at::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
 #endif
 }
-inline at::ScalarType cpu_autocast_dtype() {
-#if defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2 && TORCH_VERSION_MINOR >= 4
-  return at::autocast::get_autocast_dtype(at::kCPU);
+inline at::ScalarType autocast_dtype(at::DeviceType type) {
+#if DTRAIN_TORCH_AT_LEAST(2, 4)
+  return at::autocast::get_autocast_dtype(type);
 #else
-  return at::autocast::get_autocast_cpu_dtype();
+  return type == at::kCUDA ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
 #endif
 }
-inline void set_cpu_autocast(bool enabled, at::ScalarType dtype) {
-#if defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2 && TORCH_VERSION_MINOR >= 4
-  at::autocast::set_autocast_enabled(at::kCPU, enabled);
-  at::autocast::set_autocast_dtype(at::kCPU, dtype);
+inline void set_autocast(at::DeviceType type, bool enabled, at::ScalarType dtype) {
+#if DTRAIN_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_enabled(type, enabled);
+  at::autocast::set_autocast_dtype(type, dtype);
 #else
-  at::autocast::set_cpu_enabled(enabled);
-  at::autocast::set_autocast_cpu_dtype(dtype);
+  if (type == at::kCUDA) {
+    at::autocast::set_enabled(enabled);
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  } else {
+    at::autocast::set_cpu_enabled(enabled);
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  }
 #endif
 }
+inline bool cpu_autocast_enabled() { return autocast_enabled(at::kCPU); }
+inline at::ScalarType cpu_autocast_dtype() { return autocast_dtype(at::kCPU); }
+inline void set_cpu_autocast(bool enabled, at::ScalarType dtype) { set_autocast(at::kCPU, enabled, dtype); }
+
+// LibTorch autocasts CPU code to fp16 from 2.4 on; before, to bf16 only.
+inline constexpr bool cpu_autocasts_fp16 = DTRAIN_TORCH_AT_LEAST(2, 4);
 }  // namespace detail
 
+/// No loss scaling: bf16's default (bf16 has fp32's exponent range, so gradients do not underflow).
+struct no_loss_scale {
+  static constexpr bool enabled = false;
+  static constexpr GradScalerOptions options{};
+};
+/// Dynamic loss scaling with GradScaler's defaults: init 2^16, x2 after 2000 clean steps, x0.5 and
+/// a skipped step after an inf or NaN. fp16's default. A struct of your own with `enabled = true`
+/// and other `options` tunes it.
+struct dynamic_loss_scale {
+  static constexpr bool enabled = true;
+  static constexpr GradScalerOptions options{};
+};
+
 /// Autocast to `Half` (bf16 or fp16) inside ctx.autocast() scopes; parameters, gradients and the
-/// optimizer stay in fp32. bf16 has fp32's exponent range, so it needs no loss scaling.
-/// amp<fp16> needs CUDA (CPU autocast in LibTorch has no fp16) and dynamic loss scaling, which
-/// arrive with backend::nccl; with a CPU backend it is rejected at compile time.
-template <class Half>
+/// optimizer stay in fp32. `LossScale` is dynamic_loss_scale for fp16 and no_loss_scale for bf16
+/// unless given.
+///
+/// On CUDA (backend::nccl) both autocast to the device. On CPU, bf16 autocasts where LibTorch does
+/// (1.13 and later); amp<fp16> is rejected at compile time with a CPU backend, since fp16 without
+/// a GPU gains nothing and LibTorch 1.13 cannot autocast CPU code to fp16.
+template <class Half, class LossScale = std::conditional_t<std::is_same_v<Half, fp16>, dynamic_loss_scale, no_loss_scale>>
 struct amp {
   static_assert(std::is_same_v<Half, bf16> || std::is_same_v<Half, fp16>,
                 "precision::amp<T>: T must be precision::bf16 or precision::fp16");
+  static_assert(requires { bool(LossScale::enabled); GradScalerOptions(LossScale::options); },
+                "precision::amp<Half, LossScale>: LossScale must be precision::no_loss_scale, "
+                "precision::dynamic_loss_scale, or a struct with `static constexpr bool enabled` and "
+                "`static constexpr GradScalerOptions options`");
   using category = dtrain::category::precision;
   static constexpr const char* name = std::is_same_v<Half, bf16> ? "amp_bf16" : "amp_fp16";
   static constexpr bool requires_cuda = std::is_same_v<Half, fp16>;
   using half = Half;
+  using loss_scale = LossScale;
 
-  /// backward() and step() are fp32's: bf16 needs no loss scaling.
-  struct state : fp32::state {
-    explicit state(torch::Device device) : fp32::state(device) {
-      if (!device.is_cpu())
-        throw ConfigError("precision::amp<bf16> on " + device.str() +
-                          ": this build autocasts on CPU only; CUDA autocast comes with backend::nccl");
+  /// Per-worker state: the autocast scope, and the GradScaler when LossScale is enabled.
+  class state {
+   public:
+    /// Whether backward() scales the loss and step() may skip (the context then reports
+    /// `skipped_steps` and `loss_scale` in every metrics row).
+    static constexpr bool loss_scaling = LossScale::enabled;
+
+    /// One rank: found-inf needs no agreement.
+    explicit state(torch::Device device) : device_(check(device)) {
+      if constexpr (loss_scaling) scaler_.emplace(device_, LossScale::options);
+    }
+    /// Every rank of `comm`'s group skips a step when any rank's gradients overflowed.
+    template <class Communicator>
+    state(torch::Device device, Communicator& comm) : device_(check(device)) {
+      if constexpr (loss_scaling) {
+        GradScaler::agree_fn agree;
+        if (comm.size() > 1) agree = [&comm](torch::Tensor& found_inf) { comm.allreduce(found_inf, reduce::max).wait(); };
+        scaler_.emplace(device_, LossScale::options, std::move(agree));
+      }
     }
 
     /// Autocast on while it lives; the previous autocast state comes back when it ends.
     class scope {
      public:
-      scope() : was_enabled_(detail::cpu_autocast_enabled()), was_dtype_(detail::cpu_autocast_dtype()) {
-        detail::set_cpu_autocast(true, Half::dtype);
+      explicit scope(at::DeviceType type)
+          : type_(type), was_enabled_(detail::autocast_enabled(type)), was_dtype_(detail::autocast_dtype(type)) {
+        detail::set_autocast(type_, true, Half::dtype);
         at::autocast::increment_nesting();
       }
       scope(const scope&) = delete;
@@ -85,15 +140,58 @@ struct amp {
       ~scope() {
         // Casts are cached within the outermost scope only; drop them when it closes.
         if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-        detail::set_cpu_autocast(was_enabled_, was_dtype_);
+        detail::set_autocast(type_, was_enabled_, was_dtype_);
       }
 
      private:
+      at::DeviceType type_;
       bool was_enabled_;
       at::ScalarType was_dtype_;
     };
 
-    scope autocast() const { return {}; }
+    scope autocast() const { return scope(device_.type()); }
+
+    void backward(const torch::Tensor& loss) {
+      if constexpr (loss_scaling) scaler_->scale(loss).backward();
+      else loss.backward();
+    }
+
+    /// The optimizer step; under loss scaling skipped (false) when a gradient overflowed.
+    template <class Optimizer>
+    bool step(Optimizer& opt) {
+      if constexpr (loss_scaling) {
+        return scaler_->step(opt);
+      } else {
+        opt.step();
+        return true;
+      }
+    }
+
+    /// Steps skipped for an inf or NaN gradient (0 without loss scaling).
+    std::int64_t skipped_steps() const { return scaler_ ? scaler_->skipped_steps() : 0; }
+    /// The current loss scale (1 without loss scaling).
+    double loss_scale() const { return scaler_ ? scaler_->scale_value() : 1.0; }
+    /// The GradScaler, or null without loss scaling (for unscale() before gradient clipping).
+    GradScaler* scaler() { return scaler_ ? &*scaler_ : nullptr; }
+
+   private:
+    static torch::Device check(torch::Device device) {
+      if (device.is_cuda() && !torch::cuda::is_available())
+        throw ConfigError(std::string("precision::") + name + " on " + device.str() +
+                          ": this LibTorch has no CUDA (or no GPU is visible); autocast on CPU with "
+                          "backend::gloo, or build against a LibTorch with CUDA and use backend::nccl");
+      if (!device.is_cuda() && !device.is_cpu())
+        throw ConfigError(std::string("precision::") + name + " on " + device.str() +
+                          ": dtrain autocasts on CPU and CUDA devices only");
+      if (device.is_cpu() && std::is_same_v<Half, fp16> && !detail::cpu_autocasts_fp16)
+        throw ConfigError("precision::amp<fp16> on CPU: LibTorch " TORCH_VERSION
+                          " autocasts CPU code to bf16 only; use precision::amp<bf16> on CPU, or "
+                          "amp<fp16> with backend::nccl on a GPU");
+      return device;
+    }
+
+    torch::Device device_;
+    std::optional<GradScaler> scaler_;
   };
 };
 

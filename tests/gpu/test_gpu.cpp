@@ -1,0 +1,177 @@
+// GPU tests: built only when LibTorch has CUDA and NCCL is found (tests/gpu/CMakeLists.txt); run on
+// a GPU machine (docs/gpu.md has the recipe). Each needs one visible CUDA device.
+
+#include "../dtrain_catch.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/torch.h>
+
+#include <dtrain/dtrain.hpp>
+
+namespace {
+
+namespace d = dtrain;
+using amp16 = d::precision::amp<d::precision::fp16>;
+
+const torch::Device gpu(torch::kCUDA, 0);
+
+d::launch::WorkerIdentity one_rank() {
+  d::launch::WorkerIdentity who;
+  who.rank = 0;
+  who.world_size = 1;
+  return who;
+}
+
+torch::nn::Sequential mlp() {
+  torch::manual_seed(11);
+  using namespace torch::nn;
+  return Sequential(Linear(64, 256), ReLU(), Linear(256, 256), ReLU(), Linear(256, 10));
+}
+
+std::vector<torch::Tensor> snapshot(const torch::nn::Sequential& m) {
+  std::vector<torch::Tensor> v;
+  for (const auto& p : m->parameters()) v.push_back(p.detach().clone());
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("a CUDA device is visible", "[gpu]") {
+  REQUIRE(torch::cuda::is_available());
+  REQUIRE(DTRAIN_WITH_CUDA);
+}
+
+TEST_CASE("backend::nccl at world size 1: every collective, on the communication stream", "[gpu][nccl]") {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  d::backend::nccl::communicator comm(store, one_rank(), std::chrono::seconds(30));
+  CHECK(comm.size() == 1);
+  CHECK(comm.device() == gpu);
+  CHECK(comm.stream() != c10::cuda::getCurrentCUDAStream(0));
+
+  auto t = torch::arange(1000, torch::TensorOptions().device(gpu).dtype(torch::kFloat));
+  const auto expected = t.clone();
+  for (auto op : {d::reduce::sum, d::reduce::mean, d::reduce::max, d::reduce::min}) {
+    auto w = comm.allreduce(t, op);
+    w.wait();  // the current stream now runs after the allreduce
+    CHECK(torch::equal(t, expected));
+  }
+  auto h = torch::ones({7}, torch::TensorOptions().device(gpu).dtype(torch::kHalf));
+  comm.allreduce(h, d::reduce::sum).wait();
+  CHECK(h.sum().item<float>() == 7);
+  comm.broadcast(t, 0).wait();
+  CHECK(torch::equal(t, expected));
+  auto full = torch::empty_like(t);
+  comm.allgather(full, t).wait();
+  CHECK(torch::equal(full, expected));
+  auto shard = torch::empty_like(t);
+  comm.reduce_scatter(shard, full, d::reduce::sum).wait();
+  CHECK(torch::equal(shard, expected));
+  comm.barrier();
+
+  // Bad input: CPU tensors and mismatched sizes name the fix.
+  auto cpu = torch::ones({3});
+  CHECK_THROWS_WITH(comm.allreduce(cpu), Catch::Contains("takes tensors on cuda:0"));
+  auto small = torch::empty({3}, t.options());
+  CHECK_THROWS_WITH(comm.allgather(small, t), Catch::Contains("world size x shard"));
+}
+
+TEST_CASE("the communication stream waits for the compute stream's kernels", "[gpu][nccl]") {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  d::backend::nccl::communicator comm(store, one_rank(), std::chrono::seconds(30));
+  // A long chain of kernels produces t on the compute stream; the allreduce must see the result.
+  auto x = torch::randn({2048, 2048}, torch::TensorOptions().device(gpu));
+  auto t = x;
+  for (int i = 0; i < 20; ++i) t = torch::tanh(t.matmul(x) / 2048.0);
+  const auto expected = t.clone();
+  comm.allreduce(t, d::reduce::sum).wait();
+  CHECK(torch::equal(t, expected));
+}
+
+TEST_CASE("amp<fp16>: autocast on the GPU, and a step within tolerance of fp32's", "[gpu][amp]") {
+  auto fp32_model = mlp(), amp_model = mlp();
+  fp32_model->to(gpu);
+  amp_model->to(gpu);
+  const auto x = torch::randn({128, 64}, torch::TensorOptions().device(gpu));
+  const auto y = torch::randint(0, 10, {128}, torch::TensorOptions().device(gpu).dtype(torch::kLong));
+
+  torch::optim::SGD sgd32(fp32_model->parameters(), 0.5), sgd16(amp_model->parameters(), 0.5);
+  torch::nn::functional::cross_entropy(fp32_model->forward(x), y).backward();
+  sgd32.step();
+
+  amp16::state state(gpu);
+  torch::Tensor logits;
+  {
+    auto scope = state.autocast();
+    logits = amp_model->forward(x);
+    CHECK(logits.scalar_type() == torch::kHalf);
+  }
+  state.backward(torch::nn::functional::cross_entropy(logits.to(torch::kFloat), y));
+  CHECK(state.step(sgd16));
+  CHECK(state.skipped_steps() == 0);
+  const auto a = snapshot(fp32_model), b = snapshot(amp_model), before = snapshot(mlp());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    CHECK(b[i].scalar_type() == torch::kFloat);  // parameters stay fp32
+    // The update (not the weights, which barely move) agrees with fp32's to fp16's precision.
+    const auto du32 = a[i] - before[i].to(gpu), du16 = b[i] - before[i].to(gpu);
+    const double rel = ((du16 - du32).norm() / du32.norm().clamp_min(1e-12)).item<double>();
+    INFO("parameter " << i << " relative difference of the update " << rel);
+    CHECK(rel < 2e-2);
+  }
+}
+
+TEST_CASE("amp<fp16>: an overflow skips the step and backs the scale off (fused kernels)", "[gpu][amp]") {
+  auto model = mlp();
+  model->to(gpu);
+  torch::optim::SGD sgd(model->parameters(), 0.1);
+  amp16::state state(gpu);
+  const auto x = torch::randn({32, 64}, torch::TensorOptions().device(gpu));
+  torch::Tensor loss;
+  {
+    auto scope = state.autocast();
+    loss = model->forward(x).to(torch::kFloat).pow(2).mean();
+  }
+  state.backward(loss);
+  model->parameters()[2].mutable_grad()[3][4] = std::numeric_limits<float>::infinity();
+  const auto before = snapshot(model);
+  CHECK_FALSE(state.step(sgd));
+  const auto after = snapshot(model);
+  for (std::size_t i = 0; i < before.size(); ++i) CHECK(torch::equal(before[i], after[i]));
+  CHECK(state.skipped_steps() == 1);
+  CHECK(state.loss_scale() == 32768.0);
+  CHECK(state.scaler()->scale_tensor().item<double>() == 32768.0);  // _amp_update_scale_ agrees
+}
+
+TEST_CASE("GradScaler: the fused CUDA path and the CPU composite agree", "[gpu][amp]") {
+  for (bool overflow : {false, true}) {
+    auto g = torch::randn({1000}) * 65536;
+    if (overflow) g[17] = std::numeric_limits<float>::quiet_NaN();
+    d::precision::GradScaler on_gpu(gpu), on_cpu(torch::kCPU);
+    std::vector<torch::Tensor> gg{g.to(gpu)}, gc{g.clone()};
+    CHECK(on_gpu.unscale_grads(gg) == overflow);
+    CHECK(on_cpu.unscale_grads(gc) == overflow);
+    if (!overflow) CHECK(torch::allclose(gg[0].cpu(), gc[0]));
+    on_gpu.update(overflow);
+    on_cpu.update(overflow);
+    CHECK(on_gpu.scale_tensor().item<double>() == on_cpu.scale_tensor().item<double>());
+  }
+}
+
+TEST_CASE("the prefetcher hands out the same batches, on the device", "[gpu][prefetch]") {
+  auto ds = d::data::TensorDataset(torch::randn({100, 8}), torch::arange(100));
+  std::vector<d::data::Batch> batches;
+  for (int b = 0; b < 10; ++b) batches.push_back(ds.get_batch(torch::arange(b * 10, b * 10 + 10)));
+  int i = 0;
+  for (const auto& b : d::data::prefetch(batches, d::data::cuda_transfer(gpu))) {
+    CHECK(b.data.device() == gpu);
+    CHECK(torch::equal(b.data.cpu(), batches[i].data));
+    CHECK(torch::equal(b.target.cpu(), batches[i].target));
+    ++i;
+  }
+  CHECK(i == 10);
+}
