@@ -207,7 +207,7 @@ class Context {
       samples_at_first_ = samples_;
     }
     ++steps_;
-    if (progress_.due()) draw_progress();
+    if (steps_ - steps_at_first_ >= 2 && progress_.due()) draw_progress();  // rates need two steps
     return stepped;
   }
 

@@ -121,7 +121,7 @@ class Progress {
   /// cleared, the line printed, and the live line drawn again beneath it.
   void note(const std::string& line) {
     if (!enabled()) return;
-    if (terminal_ && !live_.empty()) write("\r\033[K" + line + "\n" + live_ + "\033[K");
+    if (terminal_ && !live_.empty()) write("\r\033[Kdtrain: " + line + "\n" + live_ + "\033[K");
     else write("dtrain: " + line + "\n");
   }
 

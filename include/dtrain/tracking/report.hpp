@@ -245,10 +245,14 @@ inline std::string render_report(const RunRecord& run) {
   if (charts == 0) body += "<p>No numeric metric was reported.</p>";
   body += "</div>";
 
-  // Throughput over wall time: a reported samples/s when there is one, else steps/s between reports.
+  // Throughput over wall time: a reported samples/s when it was reported at least twice, else
+  // optimizer steps per second between consecutive reports.
   std::string rate_column;
-  for (const auto& col : h.columns())
-    if (col.find("samples_per_s") != std::string::npos) rate_column = col;
+  for (const auto& col : h.columns()) {
+    if (col.find("samples_per_s") == std::string::npos) continue;
+    const auto v = h.column(col);
+    if (std::count_if(v.begin(), v.end(), [](double x) { return std::isfinite(x); }) >= 2) rate_column = col;
+  }
   std::vector<double> elapsed, rate;
   for (std::size_t i = 0; i < h.size(); ++i) {
     elapsed.push_back(times[i] - t_first);
