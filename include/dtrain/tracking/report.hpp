@@ -206,7 +206,9 @@ inline std::string render_report(const RunRecord& run) {
   for (std::size_t i = 0; i < failures.size(); ++i) {
     const auto& f = failures[i];
     const std::string label = "restart " + std::to_string(i + 1) + ": " + f.value("cause", std::string());
-    step_markers.push_back({f.value("resumed_step", 0.0), label});
+    // resumed_step is null for the last failure of a run that gave up: no group resumed.
+    if (f.contains("resumed_step") && f.at("resumed_step").is_number())
+      step_markers.push_back({f.at("resumed_step").get<double>(), label});
     if (f.contains("time")) time_markers.push_back({f.at("time").get<double>() - t_first, label});
   }
 
@@ -225,7 +227,10 @@ inline std::string render_report(const RunRecord& run) {
     body += "<h2>Restarts</h2><ol id=\"restarts\">";
     for (const auto& f : failures)
       body += "<li>" + escape(detail::utc(f.value("time", 0.0))) + ": " + escape(f.value("cause", "")) +
-              " &rarr; resumed from step " + std::to_string(f.value("resumed_step", 0)) + "</li>";
+              (f.contains("resumed_step") && f.at("resumed_step").is_number()
+                   ? " &rarr; resumed from step " + std::to_string(f.at("resumed_step").get<std::int64_t>())
+                   : std::string(" &rarr; not restarted (no failures left)")) +
+              "</li>";
     body += "</ol>";
   }
 
