@@ -197,7 +197,13 @@ class Trainer {
     // the latest valid checkpoint while there were at most max_failures of them.
     std::vector<std::string> failures;
     for (int attempt = 0;; ++attempt) {
-      auto failure = run_group(loop, *store, n, attempt, fork_workers, variables);
+      std::optional<std::string> failure;
+      try {
+        failure = run_group(loop, *store, n, attempt, fork_workers, variables);
+      } catch (const std::exception& e) {  // the group could not be started or watched
+        end_run(record, "failed", static_cast<int>(failures.size()), e.what());
+        throw;
+      }
       if (!failure) break;
       failures.push_back(std::move(*failure));
       nlohmann::json failed = {{"time", detail::unix_now()}, {"attempt", attempt}, {"cause", failures.back()},
