@@ -9,9 +9,17 @@
 // --storage-path and --name from its latest checkpoint (without it a run starts afresh).
 // --strategy fsdp trains with strategy::fsdp<> (parameters, gradients and Adam's state sharded over
 // the workers) instead of strategy::ddp<>: both trainers are compiled in, and one loop serves both.
+//
+// After training, the best checkpoint (by test accuracy) is evaluated on the test set on every
+// worker (a Predictor, a confusion matrix summed over the ranks) and its accuracy, precision,
+// recall and F1 are printed. The run directory holds params.json, metrics.{jsonl,csv},
+// checkpoints.json, evaluations.json, outcome.json, report.html and mlruns/ (tracker::mlflow<>).
+// Rank 0 shows a progress line on stderr; --quiet hides it, --verbose adds a line per report.
 
 #include <dtrain/dtrain.hpp>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -34,8 +42,10 @@ struct Options {
   std::string storage_path = "dtrain_runs", name = "fashion_mnist";
   std::uint64_t seed = 0;
   int max_failures = 0, keep = 2;
+  std::int64_t report_every = 0;
   bool resume = false;
   std::string strategy = "ddp";
+  dtrain::Verbosity verbosity = dtrain::Verbosity::normal;
 };
 
 constexpr const char* usage =
@@ -43,7 +53,7 @@ constexpr const char* usage =
     "                     [--global-batch N] [--epochs N] [--max-steps N] [--data-dir DIR]\n"
     "                     [--storage-path DIR] [--name NAME] [--seed N]\n"
     "                     [--max-failures N] [--keep-checkpoints N] [--resume]\n"
-    "                     [--strategy ddp|fsdp]\n";
+    "                     [--strategy ddp|fsdp] [--report-every STEPS] [--quiet | --verbose]\n";
 
 [[noreturn]] void usage_error(const std::string& why) {
   std::cerr << "fashion_mnist: " << why << "\n" << usage;
@@ -60,6 +70,10 @@ Options parse(int argc, char** argv) {
     }
     if (flag == "--resume") {
       o.resume = true;
+      continue;
+    }
+    if (flag == "--quiet" || flag == "--verbose") {
+      o.verbosity = flag == "--quiet" ? dtrain::Verbosity::quiet : dtrain::Verbosity::verbose;
       continue;
     }
     if (auto eq = flag.find('='); eq != std::string::npos) {
@@ -99,6 +113,7 @@ Options parse(int argc, char** argv) {
       if (value != "ddp" && value != "fsdp") usage_error("--strategy must be ddp or fsdp, got '" + value + "'");
       o.strategy = value;
     }
+    else if (flag == "--report-every") o.report_every = integer(0);
     else usage_error("unknown flag " + flag);
   }
   if (o.global_batch % o.workers != 0)
@@ -120,9 +135,10 @@ torch::nn::Sequential make_model(const std::string& name) {
 template <class Strategy>
 using TrainerWith = dtrain::Trainer<torch::nn::Sequential, dtrain::data::FashionMnist,
                                     dtrain::backend::gloo, dtrain::sampler::distributed<>,
-                                    dtrain::checkpointer::directory<>, Strategy>;
+                                    dtrain::checkpointer::directory<>, Strategy, dtrain::tracker::mlflow<>>;
 using Trainer = TrainerWith<dtrain::strategy::ddp<>>;
 using FsdpTrainer = TrainerWith<dtrain::strategy::fsdp<>>;
+using Predictor = dtrain::evaluation::Predictor<torch::nn::Sequential>;
 
 }  // namespace
 
@@ -134,6 +150,11 @@ int main(int argc, char** argv) try {
   run.checkpoint = {.num_to_keep = opt.keep, .score_attribute = "test_accuracy",
                     .score_order = dtrain::ScoreOrder::max};
   run.failure.max_failures = opt.max_failures;
+  run.progress.verbosity = opt.verbosity;
+  run.train_loop_config = {{"model", opt.model}, {"global_batch", opt.global_batch}, {"epochs", opt.epochs},
+                           {"learning_rate", 1e-3}, {"optimizer", "adam"}, {"seed", static_cast<std::int64_t>(opt.seed)},
+                           {"max_steps", opt.max_steps ? *opt.max_steps : std::int64_t{-1}}};
+  const auto class_names = dtrain::evaluation::class_names(dtrain::data::FashionMnist::class_names);
   // A fresh run unless --resume: the driver (only it: workers are started with RANK set, also on a
   // restart) removes the checkpoints an earlier run left under this name.
   if (!opt.resume && !dtrain::launch::detect_worker())
@@ -157,6 +178,10 @@ int main(int argc, char** argv) try {
       first_step_unix = ck->extras().at("first_step_unix").number();
     }
     auto done = [&] { return opt.max_steps && ctx.steps() >= *opt.max_steps; };
+    if (opt.max_steps) {
+      const std::int64_t per_epoch = (static_cast<std::int64_t>(train.size()) + opt.global_batch - 1) / opt.global_batch;
+      ctx.set_total_steps(std::min(*opt.max_steps, per_epoch * opt.epochs));
+    }
     double last_loss = std::nan("");
     ctx.communicator().barrier();
     for (auto epoch : ctx.epochs(opt.epochs)) {
@@ -172,6 +197,8 @@ int main(int argc, char** argv) try {
         if (first_step_unix == 0) first_step_unix = dtrain::detail::unix_now();
         samples += batch.target.size(0);
         last_loss = loss.item<double>();
+        // A finer loss curve than once per epoch: a report without a checkpoint.
+        if (opt.report_every > 0 && ctx.steps() % opt.report_every == 0) ctx.report({{"train_loss", last_loss}});
       }
       ctx.communicator().barrier();
       loop_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
@@ -180,15 +207,13 @@ int main(int argc, char** argv) try {
 
       // Every rank evaluates its contiguous block of the test set; the counts add up exactly.
       model->eval();
-      double correct = 0;
+      dtrain::evaluation::ConfusionMatrix test_cm(10);
       {
         torch::NoGradGuard no_grad;
-        for (const dtrain::data::Batch& batch : ctx.template shard<dtrain::sampler::sequential>(data.test(), 1000 * ctx.world_size())) {
-          const torch::Tensor logits = ctx.forward(model, batch.data);
-          correct += logits.argmax(1).eq(batch.target).sum().item<double>();
-        }
+        for (const dtrain::data::Batch& batch : ctx.template shard<dtrain::sampler::sequential>(data.test(), 1000 * ctx.world_size()))
+          test_cm.update(ctx.forward(model, batch.data), batch.target);
       }
-      correct = ctx.all_reduce(correct, dtrain::reduce::sum);
+      ctx.all_reduce(test_cm);
       // What the largest worker holds: parameters, gradients and Adam's state; and its peak RSS.
       const double state_bytes =
           ctx.all_reduce(static_cast<double>(ctx.model_state_bytes(model, adam)), dtrain::reduce::max);
@@ -200,18 +225,54 @@ int main(int argc, char** argv) try {
                   {"train_samples_per_s", global_samples / loop_s},
                   {"first_step_unix", first_step_unix},
                   {"final_train_loss", final_loss},
-                  {"test_accuracy", correct / static_cast<double>(data.test().size())},
+                  {"test_accuracy", test_cm.accuracy()},
+                  {"test_f1_macro", test_cm.summary().at("f1_macro")},
                   {"model_state_bytes_per_worker", state_bytes},
                   {"peak_rss_mb", peak_rss}},
                  ctx.checkpoint(model, adam, {{"samples", samples}, {"loop_s", loop_s},
                                               {"first_step_unix", first_step_unix}}));
       if (done()) break;
     }
+
+    // The best checkpoint, evaluated on the test set by every worker: predictions gathered in
+    // order, the confusion matrix summed over the ranks.
+    if (auto best = ctx.best_checkpoint()) {
+      const auto eval_start = std::chrono::steady_clock::now();
+      auto predictor = Predictor::from_checkpoint(*best, make_model(opt.model), class_names);
+      dtrain::evaluation::ConfusionMatrix cm(10);
+      const auto predictions = predictor.predict(ctx, data.test(), 1000 * ctx.world_size(), &cm);
+      ctx.record_evaluation("best_checkpoint_test", cm, class_names, best->path().string(),
+                            {{"samples", predictions.size()},
+                             {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count()}});
+    }
   };
   const auto result = opt.strategy == "fsdp" ? FsdpTrainer(scaling, run).fit(loop) : Trainer(scaling, run).fit(loop);
 
   // Only the driver gets here.
   const auto& m = result.metrics;
+  const auto* eval = result.evaluation("best_checkpoint_test");
+  // The peer does not evaluate a best checkpoint: wall_s leaves that time out (best_eval_s).
+  double eval_s = 0;
+  if (eval) {
+    const auto driver_eval_start = std::chrono::steady_clock::now();
+    const auto& e = eval->metrics;
+    std::printf("best checkpoint %s on the test set (%lld samples, %d workers):\n", eval->checkpoint.c_str(),
+                static_cast<long long>(e.at("samples").number()), opt.workers);
+    std::printf("  accuracy %.4f\n  precision %.4f (macro) %.4f (weighted)\n  recall %.4f (macro) %.4f (weighted)\n"
+                "  F1 %.4f (macro) %.4f (weighted)\n",
+                e.at("accuracy").number(), e.at("precision_macro").number(), e.at("precision_weighted").number(),
+                e.at("recall_macro").number(), e.at("recall_weighted").number(), e.at("f1_macro").number(),
+                e.at("f1_weighted").number());
+    // Batch prediction in this process: the best checkpoint's answer for the first test images.
+    auto predictor = Predictor::best(result.path, run.checkpoint, make_model(opt.model), class_names);
+    const auto first = data.test().get_batch(torch::arange(3));
+    const auto p = predictor.predict(first.data);
+    for (std::int64_t i = 0; i < p.size(); ++i)
+      std::printf("  test sample %lld: %s (p=%.3f), true class %s\n", static_cast<long long>(i), p[i].label.c_str(),
+                  p[i].probabilities[p[i].class_index], class_names[first.target[i].item<std::int64_t>()].c_str());
+    eval_s = eval->metrics.at("seconds").number() +
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - driver_eval_start).count();
+  }
   // Rounded to `digits` decimals, as the peer rounds its figures.
   auto round = [](double v, int digits) { const double s = std::pow(10.0, digits); return std::round(v * s) / s; };
   nlohmann::json line = {
@@ -230,7 +291,7 @@ int main(int argc, char** argv) try {
       {"final_train_loss", round(m.at("final_train_loss").number(), 5)},
       {"test_accuracy", round(m.at("test_accuracy").number(), 4)},
       {"run_dir", result.path.string()},
-      {"wall_s", round(dtrain::detail::unix_now() - process_start, 3)},
+      {"wall_s", round(dtrain::detail::unix_now() - process_start - eval_s, 3)},
       {"restarts", result.restarts},
       {"latest_checkpoint", result.latest_checkpoint() ? result.latest_checkpoint()->path().string() : ""},
       {"model_state_bytes_per_worker", static_cast<std::int64_t>(m.at("model_state_bytes_per_worker").number())},
@@ -242,6 +303,11 @@ int main(int argc, char** argv) try {
     line["checkpoints_written"] = st->written;
   }
   if (opt.max_steps) line["max_steps"] = *opt.max_steps;
+  if (eval) {
+    for (const char* k : {"accuracy", "precision_macro", "recall_macro", "f1_macro", "f1_weighted"})
+      line[std::string("best_") + k] = round(eval->metrics.at(k).number(), 4);
+    line["best_eval_s"] = round(eval_s, 3);
+  }
   std::cout << line.dump() << std::endl;
   return 0;
 } catch (const dtrain::Error& e) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include <dtrain/error.hpp>
+#include <dtrain/metrics.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -68,6 +69,27 @@ struct FailureConfig {
   }
 };
 
+/// How much rank 0 prints while it trains (RunConfig::progress).
+enum class Verbosity {
+  quiet,    ///< nothing but errors and warnings
+  normal,   ///< the progress line (epoch, step/total, samples/s, loss, ETA)
+  verbose,  ///< the progress line, and one line per report() with its metrics
+};
+
+/// Rank 0's live progress on stderr. On a terminal one line is redrawn in place (at most every
+/// `refresh`); otherwise (a log file, a pipe) a plain line is written every `interval`.
+/// The environment variable DTRAIN_VERBOSITY (quiet, normal, verbose) overrides `verbosity`.
+struct ProgressConfig {
+  Verbosity verbosity = Verbosity::normal;
+  std::chrono::milliseconds interval = std::chrono::seconds(10);
+  std::chrono::milliseconds refresh = std::chrono::milliseconds(200);
+
+  void validate() const {
+    if (interval.count() <= 0 || refresh.count() <= 0)
+      throw ConfigError("ProgressConfig: interval and refresh must be positive durations");
+  }
+};
+
 /// Where the run's files go, and how long workers wait for each other.
 struct RunConfig {
   /// The run's directory is storage_path / name.
@@ -85,6 +107,12 @@ struct RunConfig {
   /// A checkpoint directory to start from when the run directory holds no valid checkpoint of its
   /// own (a run directory's own latest valid checkpoint always wins on a restart).
   std::optional<std::filesystem::path> resume_from = std::nullopt;
+  /// Rank 0's progress line and its verbosity.
+  ProgressConfig progress = {};
+  /// The train loop's own settings (Ray's train_loop_config: learning rate, batch, model...),
+  /// written once to the run's params with the Trainer's policies and these configs. The loop
+  /// reads them back as ctx.run_config().train_loop_config.
+  Metrics train_loop_config = {};
 
   std::filesystem::path path() const { return storage_path / name; }
 
@@ -96,6 +124,7 @@ struct RunConfig {
       throw ConfigError("RunConfig: rendezvous_timeout and collective_timeout must be positive");
     checkpoint.validate();
     failure.validate();
+    progress.validate();
   }
 };
 

@@ -32,10 +32,13 @@
 #include <dtrain/data/shard.hpp>
 #include <dtrain/detail/memory.hpp>
 #include <dtrain/error.hpp>
+#include <dtrain/evaluation/classification.hpp>
 #include <dtrain/launch/environment.hpp>
 #include <dtrain/launch/rendezvous.hpp>
 #include <dtrain/metrics.hpp>
 #include <dtrain/result.hpp>
+#include <dtrain/tracking/progress.hpp>
+#include <dtrain/tracking/record.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -82,7 +85,8 @@ class Context {
         device_(backend::device(who.local_rank)),
         comm_(c10::make_intrusive<c10d::PrefixStore>(launch::key(who.attempt, "pg"), store_),
               who, run.collective_timeout),
-        precision_(make_precision(device_, comm_)) {
+        precision_(make_precision(device_, comm_)),
+        progress_(run.progress, who.rank == 0) {
     comm_.on_stall([this] { check_peers("a collective", false); });
     if (who_.rank == 0) std::filesystem::create_directories(run_.path());
     if constexpr (persists) {
@@ -181,6 +185,7 @@ class Context {
   /// resume. Iterating sets epoch(), which the Sampler draws its permutation from: no set_epoch
   /// call is needed.
   auto epochs(std::int64_t n) {
+    epochs_total_ = n;
     return ranges::views::iota(first_epoch_, std::max(first_epoch_, n)) |
            ranges::views::transform([this](std::int64_t e) {
              epoch_ = e;
@@ -219,18 +224,22 @@ class Context {
     const std::int64_t n_batches = (count + batch_size - 1) / batch_size;
     std::int64_t skip = 0;
     std::int64_t* position = nullptr;
+    std::int64_t* samples = nullptr;
+    const std::int64_t world = who_.world_size;
     if constexpr (std::is_same_v<Sampler, typename Policies::sampler>) {
       position = &position_;
+      samples = &samples_;
       epoch_batches_ = n_batches;
       if (skip_pending_) skip = std::min(position_, n_batches);
       else position_ = 0;
       skip_pending_ = false;
     }
-    auto batches = [&split, order, batch_size, count, skip, n_batches](std::int64_t* position) {
+    auto batches = [&split, order, batch_size, count, skip, n_batches, samples, world](std::int64_t* position) {
       return ranges::views::iota(skip, n_batches) |
-             ranges::views::transform([&split, order, batch_size, count, position](std::int64_t b) -> data::Batch {
+             ranges::views::transform([&split, order, batch_size, count, position, samples, world](std::int64_t b) -> data::Batch {
                if (position) *position = b + 1;
                const std::int64_t begin = b * batch_size, len = std::min(batch_size, count - begin);
+               if (samples) *samples += len * world;  // the group's samples, for the progress line
                // from_blob does not copy; index_select reads it before `order` can go away.
                const auto idx = torch::from_blob(const_cast<std::int64_t*>(order->data() + begin), {len}, torch::kInt64);
                return split.get_batch(idx);
@@ -252,16 +261,30 @@ class Context {
 
   /// Backward through the Precision policy (loss scaling where it applies); under ddp<> gradients
   /// are averaged over ranks when it returns. A plain loss.backward() synchronises too.
-  void backward(const torch::Tensor& loss) { precision_.backward(loss); }
+  void backward(const torch::Tensor& loss) {
+    if (progress_.enabled()) last_loss_ = loss.detach();  // read only when a progress line is drawn
+    precision_.backward(loss);
+  }
 
   /// The optimizer step through the Precision policy; returns false when it skipped the step.
   template <class Optimizer>
   bool step(Optimizer& opt) {
     check_optimizer(opt);
     const bool stepped = precision_.step(opt);
+    if (first_step_ == std::chrono::steady_clock::time_point{}) {
+      first_step_ = std::chrono::steady_clock::now();
+      steps_at_first_ = steps_;
+      samples_at_first_ = samples_;
+    }
     ++steps_;
+    if (steps_ - steps_at_first_ >= 2 && progress_.due()) draw_progress();  // rates need two steps
     return stepped;
   }
+
+  /// The number of optimizer steps the progress line counts towards (for its step/total and ETA),
+  /// when the loop stops before ctx.epochs(n) ends (a step limit, early stopping). Without it the
+  /// total is n epochs of the Trainer's Sampler's batches.
+  void set_total_steps(std::int64_t total) { total_steps_ = total; }
   /// Optimizer steps taken through step() on this rank.
   std::int64_t steps() const { return steps_; }
   /// Of those, the steps the Precision policy skipped (an inf or NaN gradient under loss scaling).
@@ -389,12 +412,53 @@ class Context {
     return t.item<double>();
   }
 
+  /// Sums a metric's state (evaluation::ConfusionMatrix, or any type with all_reduce(communicator))
+  /// over all ranks, into every rank's: an evaluation split over the ranks then gives exactly the
+  /// numbers of one process. Call it on every rank, after the last update.
+  template <class Metric>
+    requires requires(Metric& m, communicator_type& c) { m.all_reduce(c); }
+  void all_reduce(Metric& metric) {
+    metric.all_reduce(comm_);
+  }
+
+  /// Records an evaluation in the run directory's evaluations.json (rank 0 writes; other ranks do
+  /// nothing): `cm`'s summary (accuracy, precision, recall, F1 macro and weighted), its counts and
+  /// the class names, under `name`, replacing an earlier evaluation of that name. The Tracker puts
+  /// it into report.html and MLflow; Result::evaluations reads it back. All-reduce `cm` first.
+  template <class Names = std::vector<std::string>>
+  void record_evaluation(const std::string& name, const evaluation::ConfusionMatrix& cm, const Names& class_names = {},
+                         const std::string& checkpoint = "", const Metrics& extra = {}) {
+    if (who_.rank != 0) return;
+    Metrics metrics = cm.summary();
+    for (const auto& [k, v] : extra) metrics.insert_or_assign(k, v);
+    std::vector<std::string> names;
+    for (const auto& n : class_names) names.emplace_back(n);
+    tracking::record_evaluation(run_.path(), tracking::evaluation_json(name, metrics, names, cm.counts_table(),
+                                                                       checkpoint, detail::unix_now()));
+    if (progress_.verbose()) progress_.note("evaluation " + name + ": " + metrics_line(metrics));
+  }
+
+  /// The best checkpoint of this run so far by RunConfig::checkpoint (score_attribute and
+  /// score_order; the latest when no score attribute is set), or nothing. A synchronised step:
+  /// every rank waits for the checkpoint being written, then every rank gets the same answer.
+  std::optional<checkpointer::Checkpoint> best_checkpoint() {
+    static_assert(persists,
+                  "dtrain: ctx.best_checkpoint() needs a Checkpointer that persists; this Trainer uses "
+                  "checkpointer::none. Add dtrain::checkpointer::directory<> to the Trainer's policies.");
+    wait_for_write();
+    ++syncs_;
+    arrive("best_checkpoint/" + std::to_string(syncs_), "best_checkpoint() call " + std::to_string(syncs_));
+    return checkpointer::best_valid(run_.path(), run_.checkpoint);
+  }
+
   /// The backend's communicator, for collectives of your own (same order on every rank).
   communicator_type& communicator() { return comm_; }
 
   /// Called by the Trainer when the loop returns: checks every rank reported equally often, waits
   /// for all, and writes the metrics table. Not for the loop to call.
   void finish() {
+    if (progress_.enabled() && steps_ > steps_at_first_) draw_progress();  // the final count
+    progress_.close();
     if constexpr (persists) wait_for_write();
     // A GPU backend's collectives complete on the device: surface their errors before finishing.
     if constexpr (requires { comm_.synchronize(); }) comm_.synchronize();
@@ -480,7 +544,40 @@ class Context {
       }
     }
     if (who_.rank == 0) MetricsHistory::append_jsonl(history_path(), row);
+    if (progress_.verbose()) progress_.note("report " + std::to_string(reports_) + ": " + metrics_line(metrics));
     return row;
+  }
+
+  static std::string metrics_line(const Metrics& metrics) {
+    std::string line;
+    for (const auto& [k, v] : metrics) {
+      if (!line.empty()) line += ", ";
+      line += k + "=";
+      if (v.is_number() && !v.is_integer()) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.5g", v.number());
+        line += buf;
+      } else {
+        line += v.text();
+      }
+    }
+    return line;
+  }
+
+  // Rank 0's progress line: rates over this group's steps since its first one.
+  void draw_progress() {
+    tracking::ProgressSnapshot p;
+    p.epoch = epoch_;
+    p.epochs = epochs_total_;
+    p.step = steps_;
+    p.total_steps = total_steps_ > 0 ? total_steps_ : epochs_total_ * epoch_batches_;
+    const double elapsed = seconds_since(first_step_);
+    if (elapsed > 0) {
+      p.steps_per_s = static_cast<double>(steps_ - steps_at_first_) / elapsed;
+      p.samples_per_s = static_cast<double>(samples_ - samples_at_first_) / elapsed;
+    }
+    if (last_loss_.defined()) p.loss = last_loss_.template item<double>();
+    progress_.draw(p);
   }
 
   // Rank 0 picks the checkpoint to resume from (warning about damaged ones), removes leftover
@@ -653,6 +750,12 @@ class Context {
   std::atomic<bool> abort_{false};
   checkpointer::CheckpointStats stats_;
   std::vector<checkpointer::Entry> index_;  // rank 0: the checkpoints retention knows
+  // Progress (rank 0) and the counts it shows.
+  tracking::Progress progress_;
+  torch::Tensor last_loss_;
+  std::int64_t epochs_total_ = 0, total_steps_ = 0, steps_at_first_ = 0, samples_at_first_ = 0, syncs_ = 0;
+  mutable std::int64_t samples_ = 0;
+  std::chrono::steady_clock::time_point first_step_{};
 };
 
 DTRAIN_NAMESPACE_END

@@ -22,12 +22,19 @@
 #include <dtrain/precision/fp32.hpp>
 #include <dtrain/precision/amp.hpp>
 #include <dtrain/precision/grad_scaler.hpp>
+#include <dtrain/tracker/directory.hpp>
+#include <dtrain/tracker/mlflow.hpp>
+#include <dtrain/tracker/none.hpp>
+#include <dtrain/tracking/progress.hpp>
+#include <dtrain/tracking/record.hpp>
+#include <dtrain/tracking/report.hpp>
 
 #include <dtrain/data/dataset.hpp>
 #include <dtrain/data/fashion_mnist.hpp>
 #include <dtrain/data/prefetch.hpp>
 #include <dtrain/data/shard.hpp>
 #include <dtrain/evaluation/classification.hpp>
+#include <dtrain/evaluation/predictor.hpp>
 
 #include <dtrain/launch/environment.hpp>
 #include <dtrain/launch/process.hpp>

@@ -1,11 +1,13 @@
 #pragma once
 // Result: what fit() returns to the driver, built from what rank 0 persisted.
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -98,6 +100,37 @@ class MetricsHistory {
   std::vector<Metrics> rows_;
 };
 
+/// An evaluation recorded with ctx.record_evaluation (the run directory's evaluations.json).
+struct Evaluation {
+  std::string name;
+  /// accuracy, precision_macro, recall_macro, f1_macro, precision_weighted, recall_weighted,
+  /// f1_weighted, and the extras recorded with them.
+  Metrics metrics;
+  std::vector<std::string> class_names;
+  /// confusion_matrix[t][p]: samples of true class t predicted as p.
+  std::vector<std::vector<std::int64_t>> confusion_matrix;
+  /// The checkpoint evaluated (empty when none was named).
+  std::string checkpoint;
+
+  /// The evaluations in an evaluations.json; none when the file is absent.
+  static std::vector<Evaluation> read_all(const std::filesystem::path& path) {
+    std::vector<Evaluation> out;
+    std::ifstream in(path);
+    if (!in) return out;
+    try {
+      const auto doc = nlohmann::json::parse(in);  // a range-for over parse(in).at(...) would dangle
+      for (const auto& e : doc.at("evaluations"))
+        out.push_back({e.at("name").get<std::string>(), e.at("metrics").get<Metrics>(),
+                       e.value("class_names", std::vector<std::string>{}),
+                       e.value("confusion_matrix", std::vector<std::vector<std::int64_t>>{}),
+                       e.value("checkpoint", std::string())});
+    } catch (const std::exception& e) {
+      throw Error(path.string() + ": not an evaluations file (" + e.what() + ")");
+    }
+    return out;
+  }
+};
+
 /// A checkpoint directory: path(), metrics(), load_model(module), restore(model, optimizer).
 using Checkpoint = checkpointer::Checkpoint;
 
@@ -115,6 +148,15 @@ struct Result {
   /// Under checkpointer::directory<>: how long rank 0's training thread was held up by
   /// checkpoints, and how long their writes took (the last group's, from checkpoint_stats.json).
   std::optional<checkpointer::CheckpointStats> checkpoint_stats;
+  /// The evaluations the loop recorded with ctx.record_evaluation, in the order first recorded.
+  std::vector<Evaluation> evaluations;
+
+  /// The evaluation named `name`, or nullptr.
+  const Evaluation* evaluation(std::string_view name) const {
+    for (const auto& e : evaluations)
+      if (e.name == name) return &e;
+    return nullptr;
+  }
 
   /// The newest checkpoint of the run whose manifest verifies (checkpointer::directory<>).
   const std::optional<Checkpoint>& latest_checkpoint() const { return latest_; }

@@ -29,6 +29,7 @@
 #include <dtrain/launch/rendezvous.hpp>
 #include <dtrain/policy/resolve.hpp>
 #include <dtrain/result.hpp>
+#include <dtrain/tracking/record.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -194,13 +195,35 @@ class Trainer {
     // does not survive fork, and CUDA cannot be used in a fork of a process that touched it. Other
     // workers are fresh processes of this executable, which run the code before fit() again.
     const bool fork_workers = scaling_.threads_per_worker == 1 && !policies::backend::uses_cuda;
+    // The Tracker records the run: params and "running" now, the outcome when it ends.
+    tracking::RunRecord record;
+    record.path = run_.path();
+    record.params = tracking::params_json<policies>(scaling_, run_);
+    record.outcome = {{"format", tracking::format_version}, {"status", "running"}, {"start_time", detail::unix_now()},
+                      {"end_time", nullptr}, {"restarts", 0}, {"failures", nlohmann::json::array()}, {"error", nullptr}};
+    policies::tracker::start(record);
+
     // Each failure of a group, described; a new group (attempt + 1, fresh store keys) resumes from
     // the latest valid checkpoint while there were at most max_failures of them.
     std::vector<std::string> failures;
     for (int attempt = 0;; ++attempt) {
-      auto failure = run_group(loop, *store, n, attempt, fork_workers, variables);
+      std::optional<std::string> failure;
+      try {
+        failure = run_group(loop, *store, n, attempt, fork_workers, variables);
+      } catch (const std::exception& e) {  // the group could not be started or watched
+        end_run(record, "failed", static_cast<int>(failures.size()), e.what());
+        throw;
+      }
       if (!failure) break;
       failures.push_back(std::move(*failure));
+      nlohmann::json failed = {{"time", detail::unix_now()}, {"attempt", attempt}, {"cause", failures.back()},
+                               {"resumed_iteration", 0}, {"resumed_step", 0}};
+      if constexpr (policies::checkpointer::persists)
+        if (auto ck = checkpointer::latest_valid(run_.path(), /*warn=*/false)) {
+          failed["resumed_iteration"] = ck->iteration();
+          failed["resumed_step"] = ck->steps();
+        }
+      record.outcome["failures"].push_back(std::move(failed));
       const int allowed = run_.failure.max_failures;
       if (allowed >= 0 && static_cast<int>(failures.size()) > allowed) {
         std::string msg = failures.size() == 1 ? failures.front() : "training failed " + std::to_string(failures.size()) + " times";
@@ -208,6 +231,13 @@ class Trainer {
           for (std::size_t i = 0; i < failures.size(); ++i) msg += "; attempt " + std::to_string(i) + ": " + failures[i];
         if (allowed > 0 || failures.size() > 1)
           msg += " (FailureConfig::max_failures = " + std::to_string(allowed) + ")";
+        record.outcome["failures"].back()["resumed_iteration"] = nullptr;  // no group resumed
+        record.outcome["failures"].back()["resumed_step"] = nullptr;
+        try {
+          end_run(record, "failed", static_cast<int>(failures.size()) - 1, msg);
+        } catch (const std::exception& e) {  // the training error matters more
+          std::fprintf(stderr, "dtrain: warning: the tracker could not record the failure: %s\n", e.what());
+        }
         throw WorkerError(msg);
       }
       std::fprintf(stderr, "dtrain: %s; restarting the worker group (restart %zu of %s)\n", failures.back().c_str(),
@@ -220,7 +250,23 @@ class Trainer {
     result.metrics_history = MetricsHistory::read_jsonl(run_.path() / "metrics.jsonl");
     if (!result.metrics_history.empty()) result.metrics = result.metrics_history.rows().back();
     if constexpr (policies::checkpointer::persists) find_checkpoints(result);
+    result.evaluations = Evaluation::read_all(run_.path() / tracking::files::evaluations);
+    end_run(record, "finished", result.restarts, "");
     return result;
+  }
+
+  // The run's outcome for the Tracker: the files as they are now, and how it ended.
+  void end_run(tracking::RunRecord& record, const std::string& status, int restarts, const std::string& error) const {
+    record.outcome["status"] = status;
+    record.outcome["end_time"] = detail::unix_now();
+    record.outcome["restarts"] = restarts;
+    record.outcome["error"] = error.empty() ? nlohmann::json(nullptr) : nlohmann::json(error);
+    const auto read = tracking::RunRecord::read(run_.path());
+    record.history = read.history;
+    record.evaluations = read.evaluations;
+    if constexpr (policies::checkpointer::persists) record.checkpoints = tracking::checkpoint_index(run_.path(), run_.checkpoint);
+    record.outcome["reports"] = record.history.size();
+    policies::tracker::end(record);
   }
 
   // Starts one group, waits for it; the description of its failure, or nothing when every rank

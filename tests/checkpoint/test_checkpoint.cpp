@@ -301,3 +301,59 @@ TEST_CASE("checkpoint writes run beside training and their cost is measured") {
   CHECK(std::stod(field(r.output, "write_s")) > 0);
   CHECK(std::stod(field(r.output, "written")) >= 7);
 }
+
+TEST_CASE("the run directory records restarts and failures: outcome.json, checkpoints.json, report.html") {
+  Sandbox box;
+  auto read = [](const fs::path& p) {
+    std::ifstream in(p);
+    REQUIRE(in);
+    return nlohmann::json::parse(in);
+  };
+  auto text = [](const fs::path& p) {
+    std::ifstream in(p);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  };
+  // Killed at step 23: one restart, from the latest checkpoint complete then (checkpoint 4, or 3
+  // while 4 was still being written), which the scenario prints as "RESUMED <path> steps=N".
+  auto r = box.scenario("--name restarted --steps 40 --every 5 --kill-step 23 --max-failures 1 --score score --keep 2");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const auto outcome = read(box.run("restarted") / "outcome.json");
+  CHECK(outcome["status"] == "finished");
+  CHECK(outcome["restarts"] == 1);
+  CHECK(outcome["error"].is_null());
+  REQUIRE(outcome["failures"].size() == 1);
+  CHECK_THAT(outcome["failures"][0]["cause"].get<std::string>(), Catch::Contains("rank 1 was killed by signal 9"));
+  const auto resumed = r.output.find("RESUMED ");
+  REQUIRE(resumed != std::string::npos);
+  const auto resumed_dir = r.output.substr(resumed + 8, r.output.find(' ', resumed + 8) - resumed - 8);
+  const auto resumed_steps = std::stoll(field(r.output.substr(resumed), "steps"));
+  CHECK(outcome["failures"][0]["resumed_step"] == resumed_steps);
+  CHECK(outcome["failures"][0]["resumed_iteration"] == resumed_steps / 5);
+  CHECK(resumed_dir.find(dtrain::checkpointer::directory_name(resumed_steps / 5)) != std::string::npos);
+  CHECK(outcome["end_time"].get<double>() >= outcome["failures"][0]["time"].get<double>());
+  // The index: the latest, and the best by score ((steps * 7) % 11 is highest, 10, at step 25).
+  const auto index = read(box.run("restarted") / "checkpoints.json");
+  CHECK(index["latest"] == "checkpoint_000008");
+  CHECK(index["best"] == "checkpoint_000005");
+  for (const auto& c : index["checkpoints"]) CHECK(c["score"] == c["metrics"]["score"]);
+  const auto html = text(box.run("restarted") / "report.html");
+  CHECK_THAT(html, Catch::Contains("class=\"restart\"") && Catch::Contains("rank 1 was killed by signal 9") &&
+                       Catch::Contains("resumed from step " + std::to_string(resumed_steps)) &&
+                       Catch::Contains("1 restart(s)"));
+  const auto params = read(box.run("restarted") / "params.json");
+  CHECK(params["failure"]["max_failures"] == 1);
+  CHECK(params["policies"]["tracker"]["name"] == "directory");
+
+  // No restart left: failed, with the cause.
+  auto f = box.scenario("--name failed --steps 40 --every 5 --kill-step 23 --kill-always 1 --max-failures 1");
+  INFO(f.output);
+  CHECK(f.status == 3);
+  const auto failed = read(box.run("failed") / "outcome.json");
+  CHECK(failed["status"] == "failed");
+  CHECK(failed["restarts"] == 1);
+  CHECK_THAT(failed["error"].get<std::string>(), Catch::Contains("training failed 2 times"));
+  CHECK(failed["failures"].size() == 2);
+  CHECK_THAT(text(box.run("failed") / "report.html"),
+             Catch::Contains("class=\"status failed\"") && Catch::Contains("not restarted (no failures left)"));
+}

@@ -14,6 +14,12 @@ using configured = dtrain::Trainer<torch::nn::Sequential, dtrain::data::FashionM
                                    dtrain::checkpointer::none, dtrain::backend::gloo>;
 static_assert(std::is_same_v<configured::policies::sampler, dtrain::sampler::sequential>);
 static_assert(std::is_same_v<configured::policies::strategy, dtrain::strategy::ddp<1024>>);
+// The Tracker defaults to tracker::directory; tracker::mlflow<> and tracker::none are accepted.
+static_assert(std::is_same_v<configured::policies::tracker, dtrain::tracker::directory>);
+using tracked = dtrain::Trainer<torch::nn::Sequential, dtrain::data::FashionMnist, dtrain::tracker::mlflow<3>>;
+static_assert(std::is_same_v<tracked::policies::tracker, dtrain::tracker::mlflow<3>>);
+static_assert(std::is_same_v<dtrain::Trainer<torch::nn::Sequential, dtrain::data::FashionMnist,
+                                             dtrain::tracker::none>::policies::tracker, dtrain::tracker::none>);
 
 // fit() instantiates the worker context and the driver; never called.
 dtrain::Result fit_with_defaults() {

@@ -234,6 +234,50 @@ struct prefetching_gloo : dtrain::backend::gloo {
 };
 using PrefetchTrainer = dtrain::Trainer<torch::nn::Sequential, dtrain::data::TensorDataset, prefetching_gloo>;
 
+// Evaluation across workers: one fixed model (the same weights on every rank and in every run)
+// predicts 1001 samples (an uneven split) with a Predictor, gathered in order, while a confusion
+// matrix is accumulated per batch on each rank and summed over the ranks; and a hand-computed case
+// of 10 samples (truth i % 3, prediction (i / 2) % 3) split the same way. --out gets rank 0's
+// gathered probabilities; the RESULT line the matrices and their summaries.
+template <class T>
+int evaluate(T& trainer, const Args& a, const dtrain::data::TensorDataset& data, std::int64_t features,
+             std::int64_t hidden) {
+  const dtrain::data::TensorDataset subset{data.data().narrow(0, 0, 1001), data.targets().narrow(0, 0, 1001)};
+  auto table = [](const dtrain::evaluation::ConfusionMatrix& cm) {
+    std::string s;
+    for (const auto& row : cm.counts_table())
+      for (auto v : row) s += (s.empty() ? "" : ",") + std::to_string(v);
+    return s;
+  };
+  const auto result = trainer.fit([&](typename T::context& ctx) {
+    torch::manual_seed(3);
+    dtrain::evaluation::Predictor<torch::nn::Sequential> predictor(small_model(features, hidden));
+    dtrain::evaluation::ConfusionMatrix cm(10);
+    const auto predictions = predictor.predict(ctx, subset, a.batch, &cm);
+    dtrain::evaluation::ConfusionMatrix hand(3);
+    const auto mine = dtrain::sampler::sequential::indices(10, ctx.world_rank(), ctx.world_size(), 0);
+    if (!mine.empty()) {
+      const auto i = torch::tensor(mine);
+      hand.update(torch::floor_divide(i, 2).remainder(3), i.remainder(3));  // (predictions, targets)
+    }
+    ctx.all_reduce(hand);
+    if (ctx.world_rank() == 0 && !a.out.empty()) torch::save(predictions.probabilities(), a.out);
+    dtrain::Metrics m = cm.summary("eval_");
+    for (const auto& [k, v] : hand.summary("hand_")) m.emplace(k, v);
+    m.emplace("cm", table(cm));
+    m.emplace("hand_cm", table(hand));
+    m.emplace("predicted", predictions.size());
+    m.emplace("predicted_equals_cm", predictions.classes().eq(subset.targets()).sum().template item<std::int64_t>() ==
+                                         static_cast<std::int64_t>(std::llround(cm.accuracy() * 1001)));
+    m.emplace("label0", predictions[0].label);
+    ctx.report(m);
+  });
+  std::cout << "RESULT";
+  for (const auto& [k, v] : result.metrics) std::cout << ' ' << k << '=' << v.text();
+  std::cout << std::endl;
+  return 0;
+}
+
 template <class Trainer>
 int run(const Args& a) {
   const bool big = a.scenario == "overlap";
@@ -244,6 +288,7 @@ int run(const Args& a) {
                   {.storage_path = a.storage, .name = a.scenario,
                    .rendezvous_timeout = std::chrono::milliseconds(a.rendezvous_ms),
                    .collective_timeout = std::chrono::seconds(20)});
+  if (a.scenario == "evaluate") return evaluate(trainer, a, data, features, hidden);
   const auto result = trainer.fit([&](typename Trainer::context& ctx) {
     torch::manual_seed(ctx.world_rank() + 7);  // different initial weights: prepare_model must fix that
     auto model = ctx.prepare_model(small_model(features, hidden));

@@ -497,3 +497,66 @@ TEST_CASE("a prefetching shard trains exactly as the plain one and counts the ba
   REQUIRE(a.size() == b.size());
   for (std::size_t i = 0; i < a.size(); ++i) CHECK(torch::equal(a[i], b[i]));
 }
+
+namespace {
+std::string text_field(const std::string& out, const std::string& key) {
+  const auto at = out.find(" " + key + "=");
+  REQUIRE(at != std::string::npos);
+  const auto begin = at + key.size() + 2;
+  return out.substr(begin, out.find_first_of(" \n", begin) - begin);
+}
+}  // namespace
+
+TEST_CASE("an evaluation split over 2 or 3 workers equals the 1-worker one exactly", "[multirank][evaluation]") {
+  const auto tag = unique_tag();
+  std::vector<Run> runs;
+  std::vector<fs::path> outs;
+  for (auto [workers, batch] : {std::pair{1, 200}, std::pair{2, 200}, std::pair{3, 201}}) {
+    outs.push_back(fs::temp_directory_path() / (tag + "_eval" + std::to_string(workers) + ".pt"));
+    runs.push_back(scenario("evaluate --workers " + std::to_string(workers) + " --batch " + std::to_string(batch) +
+                                " --out " + outs.back().string(),
+                            tag));
+    INFO(runs.back().output);
+    REQUIRE(runs.back().status == 0);
+  }
+  const auto& one = runs[0].output;
+  CHECK(text_field(one, "predicted") == "1001");
+  CHECK(text_field(one, "predicted_equals_cm") == "1");
+  CHECK(text_field(one, "label0").size() == 1);  // no class names given: "0" .. "9"
+  torch::Tensor p1;
+  torch::load(p1, outs[0].string());
+  REQUIRE(p1.sizes() == torch::IntArrayRef({1001, 10}));
+  CHECK(p1.sum(1).sub(1).abs().max().item<double>() < 1e-5);  // probabilities
+  for (std::size_t i = 1; i < runs.size(); ++i) {
+    INFO(runs[i].output);
+    // The matrix and every metric from it: the same text, so the same double to the last digit.
+    for (const char* key : {"cm", "eval_accuracy", "eval_precision_macro", "eval_recall_macro", "eval_f1_macro",
+                            "eval_precision_weighted", "eval_recall_weighted", "eval_f1_weighted", "hand_cm",
+                            "predicted", "label0"})
+      CHECK(text_field(runs[i].output, key) == text_field(one, key));
+    // The predictions come back in the dataset's order.
+    torch::Tensor pn;
+    torch::load(pn, outs[i].string());
+    REQUIRE(pn.sizes() == p1.sizes());
+    CHECK(torch::equal(pn.argmax(1), p1.argmax(1)));
+    CHECK((pn - p1).abs().max().item<double>() < 1e-5);
+  }
+}
+
+TEST_CASE("metrics reduced across workers match a hand-computed case", "[multirank][evaluation]") {
+  // truth i % 3, prediction (i / 2) % 3 for i = 0..9, split over 2 workers:
+  //   counts[t][p] = [[2, 2, 0], [2, 0, 1], [0, 2, 1]]
+  //   precision 2/4, 0/4, 1/2; recall 2/4, 0/3, 1/3; F1 0.5, 0, 0.4; support 4, 3, 3
+  const auto tag = unique_tag();
+  auto r = scenario("evaluate --workers 2 --batch 200", tag);
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(text_field(r.output, "hand_cm") == "2,2,0,2,0,1,0,2,1");
+  CHECK(metric(r.output, "hand_accuracy") == Approx(0.3));
+  CHECK(metric(r.output, "hand_precision_macro") == Approx(1.0 / 3));
+  CHECK(metric(r.output, "hand_recall_macro") == Approx((0.5 + 0 + 1.0 / 3) / 3));
+  CHECK(metric(r.output, "hand_f1_macro") == Approx(0.3));
+  CHECK(metric(r.output, "hand_precision_weighted") == Approx(0.35));
+  CHECK(metric(r.output, "hand_recall_weighted") == Approx(0.3));
+  CHECK(metric(r.output, "hand_f1_weighted") == Approx(0.32));
+}

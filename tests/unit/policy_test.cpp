@@ -17,6 +17,8 @@
 #include <dtrain/sampler/distributed.hpp>
 #include <dtrain/sampler/sequential.hpp>
 #include <dtrain/strategy/ddp.hpp>
+#include <dtrain/tracker/mlflow.hpp>
+#include <dtrain/tracker/none.hpp>
 
 #include <torch/torch.h>
 
@@ -149,6 +151,12 @@ TEST_CASE("every policy models its category's concept", "[policy][concepts]") {
                                                                 dtrain::strategy::wrap::whole_model>>);
   STATIC_REQUIRE(dtrain::PrecisionPolicy<dtrain::precision::fp32>);
   STATIC_REQUIRE(dtrain::PrecisionPolicy<dtrain::precision::amp<dtrain::precision::bf16>>);
+  STATIC_REQUIRE(dtrain::TrackerPolicy<dtrain::tracker::directory>);
+  STATIC_REQUIRE(dtrain::TrackerPolicy<dtrain::tracker::mlflow<>>);
+  STATIC_REQUIRE(dtrain::TrackerPolicy<dtrain::tracker::none>);
+  STATIC_REQUIRE(std::is_same_v<d::policy::set<>::tracker, d::tracker::directory>);
+  STATIC_REQUIRE(std::is_same_v<d::policy::set<d::tracker::mlflow<2>, d::precision::fp32>::tracker, d::tracker::mlflow<2>>);
+  STATIC_REQUIRE_FALSE(dtrain::TrackerPolicy<dtrain::checkpointer::none>);
   // A policy of one category does not model another's concept.
   STATIC_REQUIRE_FALSE(dtrain::SamplerPolicy<dtrain::backend::gloo>);
   STATIC_REQUIRE_FALSE(dtrain::BackendPolicy<dtrain::sampler::sequential>);

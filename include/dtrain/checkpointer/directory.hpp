@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -84,6 +85,21 @@ inline void retain(std::vector<Entry>& index, const CheckpointConfig& config) {
     std::filesystem::remove_all(e.path, ec);
   }
   index = std::move(kept);
+}
+
+/// The best checkpoint under `run_dir` whose manifest verifies, ranked as `config` ranks them
+/// (score_attribute and score_order; the newest when no score attribute is set), or nothing when
+/// there is none. Damaged checkpoints are passed over.
+inline std::optional<Checkpoint> best_valid(const std::filesystem::path& run_dir, const CheckpointConfig& config) {
+  std::optional<Checkpoint> best;
+  const bool higher = config.score_order == ScoreOrder::max;
+  for (const auto& [iteration, dir] : list(run_dir)) {
+    auto c = Checkpoint::open(dir);
+    if (c && (!best || scores_better(c->metrics(), c->iteration(), best->metrics(), best->iteration(),
+                                     config.score_attribute, higher)))
+      best = std::move(c);
+  }
+  return best;
 }
 
 namespace detail {

@@ -60,7 +60,17 @@ class ConfusionMatrix {
 
   /// counts[t][p]: samples of true class t predicted as p.
   const torch::Tensor& counts() const { return counts_; }
-  std::int64_t total() const { return static_cast<std::int64_t>(counts_.sum().item<double>()); }
+  /// The counts as rows of integers (counts_table()[t][p]), for files and reports.
+  std::vector<std::vector<std::int64_t>> counts_table() const {
+    const auto c = num_classes();
+    const auto cpu = counts_.to(torch::kCPU).contiguous();
+    const double* v = cpu.data_ptr<double>();
+    std::vector<std::vector<std::int64_t>> rows(static_cast<std::size_t>(c));
+    for (std::int64_t t = 0; t < c; ++t)
+      for (std::int64_t p = 0; p < c; ++p) rows[t].push_back(static_cast<std::int64_t>(v[t * c + p]));
+    return rows;
+  }
+    std::int64_t total() const { return static_cast<std::int64_t>(counts_.sum().item<double>()); }
 
   double accuracy() const {
     const double n = counts_.sum().item<double>();

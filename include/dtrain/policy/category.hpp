@@ -22,6 +22,9 @@ struct checkpointer {};
 struct strategy {};
 /// Numeric precision of forward and backward (precision::fp32, precision::amp<bf16>).
 struct precision {};
+/// What is recorded about a run besides its metrics history (tracker::directory, tracker::mlflow<>,
+/// tracker::none).
+struct tracker {};
 }  // namespace category
 
 namespace detail {
@@ -29,7 +32,7 @@ template <class C>
 inline constexpr bool is_category =
     std::is_same_v<C, category::backend> || std::is_same_v<C, category::sampler> ||
     std::is_same_v<C, category::checkpointer> || std::is_same_v<C, category::strategy> ||
-    std::is_same_v<C, category::precision>;
+    std::is_same_v<C, category::precision> || std::is_same_v<C, category::tracker>;
 }  // namespace detail
 
 /// A dtrain policy: a type with a nested `category` naming one of dtrain::category's members.

@@ -12,6 +12,7 @@
 
 #include <dtrain/backend/gloo.hpp>
 #include <dtrain/policy/category.hpp>
+#include <dtrain/tracking/record.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -91,5 +92,18 @@ concept PrecisionPolicy = PolicyOf<P, category::precision> && std::constructible
       s.autocast();
       s.backward(loss);
     };
+
+/// Tracker. Minimal complete definition: `static void start(const tracking::RunRecord&)`, called by
+/// the driver before the first worker starts (params, outcome "running"), and `static void
+/// end(const tracking::RunRecord&)`, called once the run finished or failed for good (outcome,
+/// checkpoint index, history, evaluations).
+/// Laws: neither throws for a run directory that is writable; end() may be called without a
+/// successful start() having been seen by a reader (a crash in between leaves outcome "running").
+/// Models: tracker::directory, tracker::mlflow<>, tracker::none.
+template <class T>
+concept TrackerPolicy = PolicyOf<T, category::tracker> && requires(const tracking::RunRecord& run) {
+  T::start(run);
+  T::end(run);
+};
 
 DTRAIN_NAMESPACE_END

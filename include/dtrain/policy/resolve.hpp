@@ -18,6 +18,7 @@
 #include <dtrain/sampler/distributed.hpp>
 #include <dtrain/strategy/ddp.hpp>
 #include <dtrain/strategy/fsdp.hpp>
+#include <dtrain/tracker/directory.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -31,7 +32,8 @@ inline constexpr auto defaults = hana::make_map(
     hana::make_pair(hana::type_c<category::sampler>, hana::type_c<sampler::distributed<>>),
     hana::make_pair(hana::type_c<category::checkpointer>, hana::type_c<checkpointer::none>),
     hana::make_pair(hana::type_c<category::strategy>, hana::type_c<strategy::ddp<>>),
-    hana::make_pair(hana::type_c<category::precision>, hana::type_c<precision::fp32>));
+    hana::make_pair(hana::type_c<category::precision>, hana::type_c<precision::fp32>),
+    hana::make_pair(hana::type_c<category::tracker>, hana::type_c<tracker::directory>));
 
 namespace detail {
 
@@ -90,9 +92,13 @@ constexpr bool checked_one_per_category() {
   static_assert(count<category::precision, Ps...> <= 1,
                 "dtrain::Trainer: more than one Precision policy given; keep exactly one "
                 "(precision::fp32, precision::amp<bf16> or precision::amp<fp16>).");
-  return ((count<category::backend, Ps...> <= 1) && (count<category::sampler, Ps...> <= 1) &&
-          (count<category::checkpointer, Ps...> <= 1) && (count<category::strategy, Ps...> <= 1) &&
-          (count<category::precision, Ps...> <= 1));
+  static_assert(count<category::tracker, Ps...> <= 1,
+                "dtrain::Trainer: more than one Tracker policy given; keep exactly one "
+                "(tracker::directory, tracker::mlflow<> or tracker::none). tracker::mlflow<> writes "
+                "tracker::directory's files too.");
+  return (count<category::backend, Ps...> <= 1) && (count<category::sampler, Ps...> <= 1) &&
+         (count<category::checkpointer, Ps...> <= 1) && (count<category::strategy, Ps...> <= 1) &&
+         (count<category::precision, Ps...> <= 1) && (count<category::tracker, Ps...> <= 1);
 }
 
 template <class... Ps>
@@ -130,6 +136,7 @@ struct set {
   using checkpointer = detail::lookup<map_type, category::checkpointer>;
   using strategy = detail::lookup<map_type, category::strategy>;
   using precision = detail::lookup<map_type, category::precision>;
+  using tracker = detail::lookup<map_type, category::tracker>;
 
   // Each resolved policy provides what its category needs (policy/concepts.hpp).
   static_assert(!valid || BackendPolicy<backend>,
@@ -151,6 +158,10 @@ struct set {
                 "dtrain::Trainer: the Precision policy lacks `requires_cuda` or a nested `state` built "
                 "from torch::Device with autocast(), backward(loss) and step(optimizer); see "
                 "dtrain/policy/concepts.hpp");
+  static_assert(!valid || TrackerPolicy<tracker>,
+                "dtrain::Trainer: the Tracker policy lacks `static void start(const "
+                "dtrain::tracking::RunRecord&)` or `static void end(const dtrain::tracking::RunRecord&)`; "
+                "see dtrain/policy/concepts.hpp");
 
   /// Combinations of individually valid policies that cannot work together.
   static constexpr bool check_combination() {

@@ -1,0 +1,228 @@
+#pragma once
+// Batch prediction from a checkpoint: a model loaded from a checkpoint directory (a path, or the
+// best of a run by score) that gives, per sample, the predicted class name and the probability of
+// every class; over a dataset in one process, or split over a worker group's ranks and gathered
+// back in the dataset's order.
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/types.h>
+
+#include <dtrain/checkpointer/checkpoint.hpp>
+#include <dtrain/checkpointer/directory.hpp>
+#include <dtrain/config.hpp>
+#include <dtrain/data/dataset.hpp>
+#include <dtrain/error.hpp>
+#include <dtrain/evaluation/classification.hpp>
+#include <dtrain/sampler/sequential.hpp>
+
+DTRAIN_NAMESPACE_BEGIN
+
+namespace evaluation {
+
+/// One sample's prediction.
+struct Prediction {
+  std::int64_t class_index = 0;
+  /// The predicted class's name.
+  std::string label;
+  /// The probability of every class (softmax of the model's scores), by class index.
+  std::vector<double> probabilities;
+};
+
+/// The predictions for a batch or a dataset, in the samples' order.
+class Predictions {
+ public:
+  Predictions() = default;
+  Predictions(torch::Tensor probabilities, std::vector<std::string> class_names)
+      : probabilities_(std::move(probabilities)), names_(std::move(class_names)) {}
+
+  std::int64_t size() const { return probabilities_.defined() ? probabilities_.size(0) : 0; }
+  /// [N, C] float: row i is sample i's probability of each class.
+  const torch::Tensor& probabilities() const { return probabilities_; }
+  /// [N] int64: the most probable class of each sample.
+  torch::Tensor classes() const { return probabilities_.argmax(1); }
+  const std::vector<std::string>& class_names() const { return names_; }
+
+  Prediction operator[](std::int64_t i) const {
+    if (i < 0 || i >= size())
+      throw ConfigError("Predictions: sample " + std::to_string(i) + " is outside [0, " + std::to_string(size()) + ")");
+    const auto row = probabilities_[i].to(torch::kFloat64).contiguous();
+    Prediction p;
+    p.probabilities.assign(row.data_ptr<double>(), row.data_ptr<double>() + row.numel());
+    p.class_index = row.argmax().item<std::int64_t>();
+    p.label = names_.at(static_cast<std::size_t>(p.class_index));
+    return p;
+  }
+
+ private:
+  torch::Tensor probabilities_;
+  std::vector<std::string> names_;
+};
+
+/// A model in evaluation mode that turns inputs into class probabilities. `Model` is a module
+/// handle: a TORCH_MODULE holder (torch::nn::Sequential, ...) or a shared_ptr to a module.
+///
+///   auto predictor = Predictor<Net>::best(result.path, run.checkpoint, Net{}, class_names);
+///   auto p = predictor.predict(images);          // p[i].label, p[i].probabilities
+///   auto all = predictor.predict(ctx, test, 2000); // inside fit(): split over the ranks, in order
+template <class Model>
+class Predictor {
+ public:
+  /// `model` as it is (already loaded); `class_names[k]` names class k (empty: "0", "1", ...).
+  Predictor(Model model, std::vector<std::string> class_names = {}, torch::Device device = torch::kCPU)
+      : model_(std::move(model)), names_(std::move(class_names)), device_(device) {
+    module().to(device_);
+    module().eval();
+  }
+
+  /// Loads checkpoint directory `checkpoint_dir` (checkpoint_NNNNNN, as Result::best_checkpoint()
+  /// or checkpoints.json name it) into `model`. Throws ConfigError when there is no checkpoint
+  /// there, when it is damaged or incomplete (its manifest does not verify), or when its tensors
+  /// do not fit `model`; the message says which and what to pass instead.
+  static Predictor from_checkpoint(const std::filesystem::path& checkpoint_dir, Model model,
+                                   std::vector<std::string> class_names = {}, torch::Device device = torch::kCPU) {
+    std::error_code ec;
+    if (!std::filesystem::exists(checkpoint_dir, ec))
+      throw ConfigError("Predictor: there is no checkpoint at " + checkpoint_dir.string() +
+                        " (no such file or directory); pass a checkpoint_NNNNNN directory of a run, such as "
+                        "Result::best_checkpoint()->path(), or use Predictor::best(run directory, ...)");
+    std::string why;
+    auto ck = checkpointer::Checkpoint::open(checkpoint_dir, &why);
+    if (!ck)
+      throw ConfigError("Predictor: " + checkpoint_dir.string() + " is not a usable checkpoint: " + why +
+                        ". Pass a complete checkpoint_NNNNNN directory (its manifest.json must verify), "
+                        "or use Predictor::best(run directory, ...) to pick the best valid one");
+    return from_checkpoint(*ck, std::move(model), std::move(class_names), device);
+  }
+
+  /// Loads an opened checkpoint into `model`.
+  static Predictor from_checkpoint(const checkpointer::Checkpoint& checkpoint, Model model,
+                                   std::vector<std::string> class_names = {}, torch::Device device = torch::kCPU) {
+    try {
+      checkpoint.load_model(model);
+    } catch (const std::exception& e) {
+      throw ConfigError("Predictor: checkpoint " + checkpoint.path().string() + " does not fit the model: " +
+                        e.what() + ". Build the model with the architecture that was trained");
+    }
+    return Predictor(std::move(model), std::move(class_names), device);
+  }
+
+  /// Loads the best valid checkpoint of run directory `run_dir` by `config` (score_attribute and
+  /// score_order, as the run's RunConfig::checkpoint). Throws ConfigError when the directory does
+  /// not exist or holds no valid checkpoint.
+  static Predictor best(const std::filesystem::path& run_dir, const CheckpointConfig& config, Model model,
+                        std::vector<std::string> class_names = {}, torch::Device device = torch::kCPU) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(run_dir, ec))
+      throw ConfigError("Predictor::best: there is no run directory at " + run_dir.string() +
+                        "; pass RunConfig::path() (storage_path / name) of a run that saved checkpoints");
+    auto ck = checkpointer::best_valid(run_dir, config);
+    if (!ck)
+      throw ConfigError("Predictor::best: " + run_dir.string() + " holds no valid checkpoint; a run saves them "
+                        "with ctx.report(metrics, ctx.checkpoint(model, optimizer)) under "
+                        "checkpointer::directory<>");
+    return from_checkpoint(*ck, std::move(model), std::move(class_names), device);
+  }
+
+  /// The predictions for a batch of inputs (one sample per row of the first dimension).
+  Predictions predict(const torch::Tensor& inputs) { return {probabilities(inputs), names_for(num_classes_)}; }
+
+  /// The predictions for every sample of `data`, `batch` at a time, in order; `cm`, when given,
+  /// is updated batch by batch with the predictions against the data's targets.
+  template <data::RandomAccess Dataset>
+  Predictions predict(const Dataset& data, std::int64_t batch, ConfusionMatrix* cm = nullptr) {
+    if (batch < 1) throw ConfigError("Predictor::predict: batch must be at least 1, got " + std::to_string(batch));
+    std::vector<torch::Tensor> parts;
+    const auto n = static_cast<std::int64_t>(data.size());
+    for (std::int64_t begin = 0; begin < n; begin += batch) {
+      const auto b = data.get_batch(torch::arange(begin, std::min(n, begin + batch), torch::kInt64));
+      parts.push_back(probabilities(b.data));
+      if (cm) cm->update(parts.back(), b.target);
+    }
+    return {parts.empty() ? torch::empty({0, 0}) : torch::cat(parts), names_for(num_classes_)};
+  }
+
+  /// Inside fit(): every rank predicts its contiguous block of `data` (sampler::sequential,
+  /// `global_batch` / world_size samples per batch), and every rank gets all predictions gathered
+  /// in the dataset's order. `cm`, when given, is updated batch by batch on each rank, then summed
+  /// over the ranks: it equals the one-process matrix exactly. Call it on every rank.
+  template <class Context, data::RandomAccess Dataset>
+  Predictions predict(Context& ctx, const Dataset& data, std::int64_t global_batch, ConfusionMatrix* cm = nullptr) {
+    std::vector<torch::Tensor> parts;
+    for (auto b : ctx.template shard<sampler::sequential>(data, global_batch)) {
+      parts.push_back(probabilities(b.data));
+      if (cm) cm->update(parts.back(), b.target);
+    }
+    // Ranks agree on the class count even when one of them had no sample.
+    const auto classes = static_cast<std::int64_t>(
+        ctx.all_reduce(static_cast<double>(num_classes_.value_or(0)), reduce::max));
+    const auto n = static_cast<std::int64_t>(data.size());
+    const int world = ctx.world_size();
+    const auto rows = sampler::sequential::samples_per_rank(n, world, 0);  // the largest block
+    auto padded = torch::zeros({rows, classes}, torch::kFloat32);
+    if (!parts.empty()) {
+      auto mine = torch::cat(parts);
+      padded.narrow(0, 0, mine.size(0)).copy_(mine);
+    }
+    std::vector<torch::Tensor> gathered;
+    for (int r = 0; r < world; ++r) gathered.push_back(torch::empty_like(padded));
+    ctx.communicator().allgather(gathered, padded).wait();
+    for (int r = 0; r < world; ++r) gathered[r] = gathered[r].narrow(0, 0, sampler::sequential::samples_per_rank(n, world, r));
+    if (cm) ctx.all_reduce(*cm);
+    num_classes_ = classes;
+    return {torch::cat(gathered), names_for(classes)};
+  }
+
+  Model& model() { return model_; }
+
+ private:
+  torch::nn::Module& module() {
+    if constexpr (std::is_base_of_v<torch::nn::Module, Model>) return model_;
+    else return static_cast<torch::nn::Module&>(*model_);
+  }
+
+  torch::Tensor probabilities(const torch::Tensor& inputs) {
+    torch::NoGradGuard no_grad;
+    auto scores = model_->forward(inputs.to(device_));
+    if (scores.dim() != 2)
+      throw ConfigError("Predictor: the model gives scores of shape " + c10::str(scores.sizes()) +
+                        " for a batch; a classifier gives [batch, classes]");
+    if (!names_.empty() && scores.size(1) != static_cast<std::int64_t>(names_.size()))
+      throw ConfigError("Predictor: the model gives " + std::to_string(scores.size(1)) + " scores per sample but " +
+                        std::to_string(names_.size()) + " class names were given; give one name per class");
+    num_classes_ = scores.size(1);
+    return torch::softmax(scores.to(torch::kFloat32), 1).to(torch::kCPU);
+  }
+
+  std::vector<std::string> names_for(std::optional<std::int64_t> classes) const {
+    if (!names_.empty() || !classes) return names_;
+    std::vector<std::string> numbered;
+    for (std::int64_t k = 0; k < *classes; ++k) numbered.push_back(std::to_string(k));
+    return numbered;
+  }
+
+  Model model_;
+  std::vector<std::string> names_;
+  torch::Device device_;
+  std::optional<std::int64_t> num_classes_;
+};
+
+/// The names of `names` (an array of string_view, such as data::FashionMnist::class_names) as
+/// strings, for Predictor and ctx.record_evaluation.
+template <class Names>
+std::vector<std::string> class_names(const Names& names) {
+  std::vector<std::string> out;
+  for (const auto& n : names) out.emplace_back(n);
+  return out;
+}
+
+}  // namespace evaluation
+
+DTRAIN_NAMESPACE_END

@@ -1,0 +1,33 @@
+#pragma once
+// tracker::directory: the run directory's own tracking files (the default Tracker).
+
+#include <dtrain/policy/category.hpp>
+#include <dtrain/tracking/record.hpp>
+#include <dtrain/tracking/report.hpp>
+
+DTRAIN_NAMESPACE_BEGIN
+
+namespace tracker {
+
+/// Writes, in storage_path/name/: params.json and outcome.json ("running") when the run starts;
+/// outcome.json (finished or failed, with the cause and the restarts), checkpoints.json and
+/// report.html when it ends. docs/run-directory.md describes the files.
+struct directory {
+  using category = dtrain::category::tracker;
+  static constexpr const char* name = "directory";
+
+  static void start(const tracking::RunRecord& run) {
+    tracking::write_json(run.path / tracking::files::params, run.params);
+    tracking::write_json(run.path / tracking::files::outcome, run.outcome);
+  }
+
+  static void end(const tracking::RunRecord& run) {
+    tracking::write_json(run.path / tracking::files::outcome, run.outcome);
+    if (!run.checkpoints.empty()) tracking::write_json(run.path / tracking::files::checkpoints, run.checkpoints);
+    tracking::write_atomically(run.path / tracking::files::report, tracking::render_report(run));
+  }
+};
+
+}  // namespace tracker
+
+DTRAIN_NAMESPACE_END

@@ -1,0 +1,227 @@
+#pragma once
+// tracker::mlflow<>: the run directory's files, and the same run in MLflow's file-store layout,
+// so that `mlflow ui --backend-store-uri <run dir>/mlruns` shows it. No MLflow is needed to write
+// it: the layout is the one mlflow/store/tracking/file_store.py reads.
+//
+// <run dir>/mlruns/
+//   .trash/
+//   <experiment_id>/meta.yaml          artifact_location, creation_time, experiment_id,
+//                                      last_update_time, lifecycle_stage, name
+//   <experiment_id>/<run_id>/meta.yaml artifact_uri, end_time, entry_point_name, experiment_id,
+//                                      lifecycle_stage, run_id, run_name, run_uuid, source_name,
+//                                      source_type, source_version, start_time, status, tags,
+//                                      user_id, deleted_time
+//     params/<key>                     the value, as text
+//     metrics/<key>                    lines "<timestamp ms> <value> <step>", one per report
+//     tags/<key>                       mlflow.runName, mlflow.user, mlflow.source.name, ...
+//     artifacts/                       report.html, metrics.csv and the run's JSON files
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <dtrain/policy/category.hpp>
+#include <dtrain/tracker/directory.hpp>
+#include <dtrain/tracking/record.hpp>
+
+DTRAIN_NAMESPACE_BEGIN
+
+namespace tracker {
+
+namespace mlflow_detail {
+
+namespace fs = std::filesystem;
+
+/// MLflow's RunStatus values as meta.yaml stores them.
+enum class run_status : int { running = 1, scheduled = 2, finished = 3, failed = 4, killed = 5 };
+
+inline std::string quoted(const std::string& s) {  // a YAML single-quoted scalar
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("''") : std::string(1, c);
+  return q + "'";
+}
+
+/// A metric, param or tag name as MLflow accepts it (alphanumerics, '_', '-', '.', ' ', '/', ':'),
+/// other characters replaced by '_'; no leading '/' and no "..", which file_store.py rejects.
+inline std::string key(const std::string& name) {
+  std::string k;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                    c == '-' || c == '.' || c == ' ' || c == '/' || c == ':';
+    k += ok ? c : '_';
+  }
+  while (!k.empty() && k.front() == '/') k.erase(k.begin());
+  for (auto at = k.find(".."); at != std::string::npos; at = k.find("..")) k.replace(at, 2, "__");
+  return k.empty() ? "_" : k;
+}
+
+/// A stable run id (32 hex digits, as uuid4().hex): the run directory and its start time.
+inline std::string run_id(const fs::path& run_dir, std::int64_t start_ms) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : fs::absolute(run_dir).lexically_normal().string()) h = (h ^ c) * 1099511628211ull;
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(h),
+                static_cast<unsigned long long>(start_ms));
+  return buf;
+}
+
+inline std::string file_uri(const fs::path& p) { return "file://" + fs::absolute(p).lexically_normal().string(); }
+
+inline std::string value_text(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  std::string s = buf;
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";  // as Python prints a float
+  return s;
+}
+
+inline void write_text(const fs::path& p, const std::string& text) {
+  fs::create_directories(p.parent_path());
+  tracking::write_atomically(p, text);
+}
+
+inline std::int64_t ms(double unix_s) { return static_cast<std::int64_t>(std::llround(unix_s * 1000.0)); }
+
+inline std::string user() {
+  if (const char* u = std::getenv("USER"); u && *u) return u;
+  if (const char* u = std::getenv("LOGNAME"); u && *u) return u;
+  return "unknown";
+}
+
+inline std::string program() {
+  std::error_code ec;
+  const auto exe = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : exe.string();
+}
+
+}  // namespace mlflow_detail
+
+/// tracker::directory's files, and the run in MLflow's file store under <run dir>/mlruns, in
+/// experiment `ExperimentId` (0: MLflow's "Default"). Each fit() is one MLflow run: RUNNING with
+/// its params and tags when it starts, FINISHED or FAILED with every reported metric (by step),
+/// the evaluations' metrics and the run's files as artifacts when it ends.
+template <int ExperimentId = 0>
+struct mlflow {
+  static_assert(ExperimentId >= 0, "dtrain::tracker::mlflow<ExperimentId>: MLflow experiment ids are >= 0 (0 is \"Default\")");
+  using category = dtrain::category::tracker;
+  static constexpr const char* name = "mlflow";
+  static constexpr int experiment_id = ExperimentId;
+
+  /// <run dir>/mlruns: what to give `mlflow ui --backend-store-uri`.
+  static std::filesystem::path store(const std::filesystem::path& run_dir) { return run_dir / "mlruns"; }
+  /// This run's directory in the store.
+  static std::filesystem::path run_directory(const tracking::RunRecord& run) {
+    return store(run.path) / std::to_string(ExperimentId) /
+           mlflow_detail::run_id(run.path, mlflow_detail::ms(run.outcome.value("start_time", 0.0)));
+  }
+
+  static void start(const tracking::RunRecord& run) {
+    directory::start(run);
+    namespace md = mlflow_detail;
+    const auto root = store(run.path), experiment = root / std::to_string(ExperimentId), dir = run_directory(run);
+    std::filesystem::create_directories(root / ".trash");
+    const auto start_ms = md::ms(run.outcome.value("start_time", 0.0));
+    if (!std::filesystem::exists(experiment / "meta.yaml"))
+      md::write_text(experiment / "meta.yaml",
+                     "artifact_location: " + md::quoted(md::file_uri(experiment)) + "\n" +
+                         "creation_time: " + std::to_string(start_ms) + "\n" +
+                         "experiment_id: " + md::quoted(std::to_string(ExperimentId)) + "\n" +
+                         "last_update_time: " + std::to_string(start_ms) + "\n" +
+                         "lifecycle_stage: active\n" +
+                         "name: " + md::quoted(ExperimentId == 0 ? "Default" : run.name()) + "\n");
+    for (const char* sub : {"metrics", "params", "artifacts", "tags"}) std::filesystem::create_directories(dir / sub);
+    write_meta(run, md::run_status::running, std::nullopt);
+    std::vector<std::pair<std::string, std::string>> params;
+    tracking::flatten(run.params, "", params);
+    for (const auto& [k, v] : params) md::write_text(dir / "params" / md::key(k), v.substr(0, 6000));
+    md::write_text(dir / "tags" / "mlflow.runName", run.name());
+    md::write_text(dir / "tags" / "mlflow.user", md::user());
+    md::write_text(dir / "tags" / "mlflow.source.name", md::program());
+    md::write_text(dir / "tags" / "mlflow.source.type", "LOCAL");
+    md::write_text(dir / "tags" / "dtrain.run_dir", std::filesystem::absolute(run.path).lexically_normal().string());
+  }
+
+  static void end(const tracking::RunRecord& run) {
+    directory::end(run);
+    namespace md = mlflow_detail;
+    const auto dir = run_directory(run);
+    // Metrics: one line per report, at that report's step and time.
+    std::map<std::string, std::string> lines;
+    for (const auto& row : run.history.rows()) {
+      const auto ts = row.count("timestamp") ? md::ms(row.at("timestamp").number()) : std::int64_t{0};
+      const auto step = row.count("step") ? static_cast<std::int64_t>(row.at("step").number()) : std::int64_t{0};
+      for (const auto& [k, v] : row) {
+        if (!v.is_number() || k == "timestamp" || k == "step" || k == "iteration" ||
+            (k.size() > 5 && k.compare(k.size() - 5, 5, "_unix") == 0))
+          continue;
+        lines[md::key(k)] += std::to_string(ts) + " " + md::value_text(v.number()) + " " + std::to_string(step) + "\n";
+      }
+    }
+    const double end_s = run.outcome.value("end_time", 0.0);
+    const std::int64_t last_step = run.history.empty() || !run.history.rows().back().count("step")
+                                       ? 0
+                                       : static_cast<std::int64_t>(run.history.rows().back().at("step").number());
+    for (const auto& e : run.evaluations) {
+      const auto metrics = e.value("metrics", nlohmann::json::object());  // items() must not outlive it
+      for (const auto& [k, v] : metrics.items())
+        if (v.is_number())
+          lines[md::key(e.value("name", std::string("evaluation")) + "/" + k)] +=
+              std::to_string(md::ms(e.value("time", end_s))) + " " + md::value_text(v.template get<double>()) + " " +
+              std::to_string(last_step) + "\n";
+    }
+    for (const auto& [k, text] : lines) md::write_text(dir / "metrics" / k, text);
+    md::write_text(dir / "tags" / "dtrain.outcome", run.outcome.value("status", "unknown"));
+    md::write_text(dir / "tags" / "dtrain.restarts", std::to_string(run.outcome.value("restarts", 0)));
+    if (run.outcome.contains("error") && run.outcome.at("error").is_string())
+      md::write_text(dir / "tags" / "mlflow.note.content", "failed: " + run.outcome.at("error").get<std::string>());
+    // Artifacts: the run's own files, as they are now.
+    for (const char* f : {tracking::files::report, tracking::files::history_csv, tracking::files::params,
+                          tracking::files::outcome, tracking::files::checkpoints, tracking::files::evaluations}) {
+      std::error_code ec;
+      if (std::filesystem::exists(run.path / f, ec))
+        std::filesystem::copy_file(run.path / f, dir / "artifacts" / f, std::filesystem::copy_options::overwrite_existing, ec);
+    }
+    const bool finished = run.outcome.value("status", "") == "finished";
+    write_meta(run, finished ? md::run_status::finished : md::run_status::failed, md::ms(end_s));
+  }
+
+ private:
+  static void write_meta(const tracking::RunRecord& run, mlflow_detail::run_status status,
+                         std::optional<std::int64_t> end_ms) {
+    namespace md = mlflow_detail;
+    const auto dir = run_directory(run);
+    const auto id = dir.filename().string();
+    // The keys file_store.py's _make_persisted_run_info_dict writes, in its order-free YAML.
+    md::write_text(dir / "meta.yaml",
+                   "artifact_uri: " + md::quoted(md::file_uri(dir / "artifacts")) + "\n" +
+                       "end_time: " + (end_ms ? std::to_string(*end_ms) : std::string("null")) + "\n" +
+                       "entry_point_name: ''\n" +
+                       "experiment_id: " + md::quoted(std::to_string(ExperimentId)) + "\n" +
+                       "lifecycle_stage: active\n" +
+                       "run_id: " + id + "\n" +
+                       "run_name: " + md::quoted(run.name()) + "\n" +
+                       "run_uuid: " + id + "\n" +
+                       "source_name: ''\n" +
+                       "source_type: 4\n" +
+                       "source_version: ''\n" +
+                       "start_time: " + std::to_string(md::ms(run.outcome.value("start_time", 0.0))) + "\n" +
+                       "status: " + std::to_string(static_cast<int>(status)) + "\n" +
+                       "tags: []\n" +
+                       "user_id: " + md::quoted(md::user()) + "\n" +
+                       "deleted_time: null\n");
+  }
+};
+
+}  // namespace tracker
+
+DTRAIN_NAMESPACE_END

@@ -1,0 +1,232 @@
+#pragma once
+// The run directory's tracking files, and RunRecord: everything a tracker writes from.
+//
+// storage_path/name/
+//   params.json        the run's parameters: policies, ScalingConfig, RunConfig (with
+//                      CheckpointConfig, FailureConfig) and the train_loop_config; written once
+//   metrics.jsonl      one JSON object per report() of rank 0 (iteration, epoch, step, timestamp
+//   metrics.csv        and every reported metric); the CSV is the same table, written at the end
+//   checkpoints.json   the index of checkpoints with their scores, the latest and the best
+//   evaluations.json   evaluations recorded with ctx.record_evaluation (metrics, confusion matrix)
+//   outcome.json       running / finished / failed (with the cause), restarts and their causes
+//   report.html        the self-contained HTML report (tracking/report.hpp)
+//   mlruns/            under tracker::mlflow<>: MLflow's file store (tracker/mlflow.hpp)
+//
+// docs/run-directory.md describes each file's fields for readers in other languages.
+
+#include <cxxabi.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <typeinfo>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <dtrain/checkpointer/directory.hpp>
+#include <dtrain/config.hpp>
+#include <dtrain/error.hpp>
+#include <dtrain/metrics.hpp>
+#include <dtrain/result.hpp>
+#include <dtrain/version.hpp>
+
+DTRAIN_NAMESPACE_BEGIN
+
+namespace tracking {
+
+namespace files {
+inline constexpr const char* params = "params.json";
+inline constexpr const char* history = "metrics.jsonl";
+inline constexpr const char* history_csv = "metrics.csv";
+inline constexpr const char* checkpoints = "checkpoints.json";
+inline constexpr const char* evaluations = "evaluations.json";
+inline constexpr const char* outcome = "outcome.json";
+inline constexpr const char* report = "report.html";
+}  // namespace files
+
+/// The format version written into params.json, outcome.json, checkpoints.json and
+/// evaluations.json ("format": 1); a reader checks it before reading further.
+inline constexpr int format_version = 1;
+
+/// Writes `text` to `path` through a temporary file and a rename, so a reader never sees half a
+/// file (a report being rewritten while someone has it open, say).
+inline void write_atomically(const std::filesystem::path& path, const std::string& text) {
+  const auto tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    if (!out) throw Error(tmp + ": cannot be written; check that the run directory is writable and not full");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw Error(path.string() + ": cannot be replaced (" + ec.message() + ")");
+}
+
+inline void write_json(const std::filesystem::path& path, const nlohmann::json& j) {
+  write_atomically(path, j.dump(2) + "\n");
+}
+
+/// The JSON in `path`, or `fallback` when the file is absent. A file that is there but is not
+/// JSON throws Error naming it.
+inline nlohmann::json read_json(const std::filesystem::path& path, nlohmann::json fallback = nullptr) {
+  std::ifstream in(path);
+  if (!in) return fallback;
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw Error(path.string() + ": not valid JSON (" + e.what() + "); was it cut short?");
+  }
+}
+
+/// An evaluation as evaluations.json holds it. `confusion[t][p]`: samples of true class t
+/// predicted as p.
+inline nlohmann::json evaluation_json(const std::string& name, const Metrics& metrics,
+                                      const std::vector<std::string>& class_names,
+                                      const std::vector<std::vector<std::int64_t>>& confusion,
+                                      const std::string& checkpoint, double time_unix) {
+  return {{"name", name}, {"metrics", metrics}, {"class_names", class_names},
+          {"confusion_matrix", confusion}, {"checkpoint", checkpoint}, {"time", time_unix}};
+}
+
+/// Adds `evaluation` to run_dir/evaluations.json, replacing an earlier one of the same name.
+inline void record_evaluation(const std::filesystem::path& run_dir, const nlohmann::json& evaluation) {
+  auto doc = read_json(run_dir / files::evaluations, {{"format", format_version}, {"evaluations", nlohmann::json::array()}});
+  auto& list = doc["evaluations"];
+  for (auto it = list.begin(); it != list.end(); ++it)
+    if ((*it).value("name", "") == evaluation.at("name").get<std::string>()) {
+      list.erase(it);
+      break;
+    }
+  list.push_back(evaluation);
+  write_json(run_dir / files::evaluations, doc);
+}
+
+/// A run as a tracker sees it: the run directory's files, read back into memory. The driver
+/// builds one when the run starts (params, outcome "running") and again when it ends.
+struct RunRecord {
+  std::filesystem::path path;
+  nlohmann::json params = nlohmann::json::object();
+  MetricsHistory history;
+  nlohmann::json checkpoints = nlohmann::json::object();
+  nlohmann::json evaluations = nlohmann::json::array();
+  nlohmann::json outcome = nlohmann::json::object();
+
+  /// The run's name (the run directory's last component).
+  std::string name() const { return path.filename().string(); }
+
+  /// Reads a run directory back (for a report rendered again, or a test). Missing files give
+  /// empty parts; a file that is not JSON throws Error naming it.
+  static RunRecord read(const std::filesystem::path& run_dir) {
+    RunRecord r;
+    r.path = run_dir;
+    r.params = read_json(run_dir / files::params, nlohmann::json::object());
+    r.history = MetricsHistory::read_jsonl(run_dir / files::history);
+    r.checkpoints = read_json(run_dir / files::checkpoints, nlohmann::json::object());
+    r.evaluations = read_json(run_dir / files::evaluations, nlohmann::json::object()).value("evaluations", nlohmann::json::array());
+    r.outcome = read_json(run_dir / files::outcome, nlohmann::json::object());
+    return r;
+  }
+};
+
+/// `j` flattened to "a.b.c" -> text pairs (MLflow's params are flat strings). Arrays are kept as
+/// their JSON text; strings without their quotes.
+inline void flatten(const nlohmann::json& j, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& out) {
+  if (j.is_object()) {
+    for (const auto& [k, v] : j.items()) flatten(v, prefix.empty() ? k : prefix + "." + k, out);
+    return;
+  }
+  if (j.is_string()) out.emplace_back(prefix, j.get<std::string>());
+  else if (j.is_null()) out.emplace_back(prefix, "None");
+  else out.emplace_back(prefix, j.dump());
+}
+
+/// The C++ name of `T`, demangled (the policies' template numbers show in it).
+template <class T>
+std::string type_name() {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> name(abi::__cxa_demangle(typeid(T).name(), nullptr, nullptr, &status), std::free);
+  return status == 0 && name ? std::string(name.get()) : std::string(typeid(T).name());
+}
+
+/// A policy as params.json records it: its `name` (when it has one) and its full type.
+template <class P>
+nlohmann::json policy_json() {
+  nlohmann::json j = {{"type", type_name<P>()}};
+  if constexpr (requires { P::name; }) j["name"] = std::string(P::name);
+  else j["name"] = type_name<P>();
+  return j;
+}
+
+/// params.json: the Trainer's resolved policies, its configs and the train loop's own config.
+template <class Policies>
+nlohmann::json params_json(const ScalingConfig& scaling, const RunConfig& run) {
+  static constexpr const char* verbosity[] = {"quiet", "normal", "verbose"};
+  return {
+      {"format", format_version},
+      {"dtrain_version", std::to_string(DTRAIN_VERSION_MAJOR) + "." + std::to_string(DTRAIN_VERSION_MINOR) + "." +
+                             std::to_string(DTRAIN_VERSION_PATCH)},
+      {"policies",
+       {{"backend", policy_json<typename Policies::backend>()},
+        {"sampler", policy_json<typename Policies::sampler>()},
+        {"checkpointer", policy_json<typename Policies::checkpointer>()},
+        {"strategy", policy_json<typename Policies::strategy>()},
+        {"precision", policy_json<typename Policies::precision>()},
+        {"tracker", policy_json<typename Policies::tracker>()}}},
+      {"scaling", {{"num_workers", scaling.num_workers}, {"threads_per_worker", scaling.threads_per_worker}}},
+      {"run",
+       {{"storage_path", run.storage_path.string()},
+        {"name", run.name},
+        {"rendezvous_timeout_ms", run.rendezvous_timeout.count()},
+        {"collective_timeout_ms", run.collective_timeout.count()},
+        {"resume_from", run.resume_from ? nlohmann::json(run.resume_from->string()) : nlohmann::json(nullptr)},
+        {"progress",
+         {{"verbosity", verbosity[static_cast<int>(run.progress.verbosity)]},
+          {"interval_ms", run.progress.interval.count()}}}}},
+      {"checkpoint",
+       {{"num_to_keep", run.checkpoint.num_to_keep},
+        {"score_attribute", run.checkpoint.score_attribute},
+        {"score_order", run.checkpoint.score_order == ScoreOrder::max ? "max" : "min"}}},
+      {"failure", {{"max_failures", run.failure.max_failures}}},
+      {"train_loop_config", run.train_loop_config},
+  };
+}
+
+/// checkpoints.json: every checkpoint under `run_dir` whose manifest verifies, newest first, with
+/// its score by `config`, and which one is the latest and which the best.
+inline nlohmann::json checkpoint_index(const std::filesystem::path& run_dir, const CheckpointConfig& config) {
+  nlohmann::json list = nlohmann::json::array();
+  const auto best = checkpointer::best_valid(run_dir, config);
+  bool latest_seen = false;
+  std::string latest_name;
+  for (const auto& [iteration, dir] : checkpointer::list(run_dir)) {
+    const auto c = checkpointer::Checkpoint::open(dir);
+    if (!c) continue;
+    nlohmann::json e = {{"directory", dir.filename().string()}, {"path", std::filesystem::absolute(dir).string()},
+                        {"iteration", c->iteration()}, {"epoch", c->epoch()}, {"step", c->steps()},
+                        {"metrics", c->metrics()}, {"latest", !latest_seen},
+                        {"best", best && best->iteration() == c->iteration()}};
+    if (!latest_seen) latest_name = dir.filename().string();
+    latest_seen = true;
+    if (!config.score_attribute.empty()) {
+      auto it = c->metrics().find(config.score_attribute);
+      e["score"] = it == c->metrics().end() ? nlohmann::json(nullptr) : nlohmann::json(it->second);
+    }
+    list.push_back(std::move(e));
+  }
+  return {{"format", format_version},
+          {"score_attribute", config.score_attribute},
+          {"score_order", config.score_order == ScoreOrder::max ? "max" : "min"},
+          {"num_to_keep", config.num_to_keep},
+          {"latest", latest_name.empty() ? nlohmann::json(nullptr) : nlohmann::json(latest_name)},
+          {"best", best ? nlohmann::json(best->path().filename().string()) : nlohmann::json(nullptr)},
+          {"checkpoints", list}};
+}
+
+}  // namespace tracking
+
+DTRAIN_NAMESPACE_END

@@ -1,0 +1,264 @@
+#include "support.hpp"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include <torch/torch.h>
+
+#include <dtrain/checkpointer/directory.hpp>
+#include <dtrain/evaluation/predictor.hpp>
+#include <dtrain/tracker/mlflow.hpp>
+#include <dtrain/tracker/none.hpp>
+#include <dtrain/tracking/progress.hpp>
+#include <dtrain/tracking/report.hpp>
+
+namespace d = dtrain;
+using dtrain_test::MessageContains;
+using dtrain_test::TempDir;
+
+namespace {
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// Everything written to a pipe's write end, read back once it is closed.
+struct Pipe {
+  int fds[2];
+  Pipe() { REQUIRE(::pipe(fds) == 0); }
+  std::string drain() {
+    ::close(fds[1]);
+    std::string out;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+    ::close(fds[0]);
+    return out;
+  }
+};
+
+// A run as the driver records it: 3 reports, one restart, a checkpoint index and an evaluation.
+d::tracking::RunRecord sample_run(const std::filesystem::path& dir, const std::string& status) {
+  d::tracking::RunRecord r;
+  r.path = dir;
+  std::filesystem::create_directories(dir);
+  r.params = {{"format", 1}, {"scaling", {{"num_workers", 2}}}, {"train_loop_config", {{"lr", 0.001}, {"model", "mlp"}}}};
+  for (int i = 1; i <= 3; ++i)
+    r.history.push_back({{"iteration", i}, {"epoch", i - 1}, {"step", 10 * i}, {"timestamp", 1000.0 + i},
+                         {"loss", 1.0 / i}, {"a<b", 0.5}, {"note", "text"}});
+  r.outcome = {{"status", status}, {"start_time", 999.5}, {"end_time", 1004.0}, {"restarts", 1},
+               {"failures", {{{"time", 1002.5}, {"cause", "rank 1 was killed by signal 9"}, {"resumed_step", 20}}}},
+               {"error", status == "failed" ? nlohmann::json("training failed 2 times") : nlohmann::json(nullptr)}};
+  r.checkpoints = {{"score_attribute", "loss"},
+                   {"checkpoints", {{{"directory", "checkpoint_000003"}, {"iteration", 3}, {"step", 30},
+                                     {"score", 0.33}, {"best", true}, {"latest", true}}}}};
+  r.evaluations = nlohmann::json::array({d::tracking::evaluation_json(
+      "test", {{"accuracy", 0.75}}, {"cat", "dog"}, {{2, 1}, {0, 1}}, "", 1004.0)});
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("the progress line's text", "[tracking][progress]") {
+  d::tracking::ProgressSnapshot p{.epoch = 1, .epochs = 3, .step = 120, .total_steps = 938,
+                                  .samples_per_s = 2451.26, .steps_per_s = 2.0, .loss = 0.41234};
+  CHECK(d::tracking::format_progress(p) ==
+        "epoch 2/3 | step 120/938 (12%) | 2451.3 samples/s | loss 0.4123 | ETA 06:49");
+  // Unknown totals and loss are left out.
+  CHECK(d::tracking::format_progress({.epoch = 0, .step = 5, .samples_per_s = 10}) == "epoch 1 | step 5 | 10.0 samples/s");
+  CHECK(d::tracking::format_duration(3723) == "1:02:03");
+  CHECK(d::tracking::format_duration(59.4) == "00:59");
+  CHECK(d::tracking::format_duration(std::nan("")) == "--:--");
+}
+
+TEST_CASE("progress: redrawn in place on a terminal, a plain line otherwise, nothing when quiet", "[tracking][progress]") {
+  const d::ProgressConfig config{.verbosity = d::Verbosity::verbose};
+  const d::tracking::ProgressSnapshot p{.step = 3, .samples_per_s = 1};
+  {
+    Pipe pipe;
+    {
+      d::tracking::Progress term(config, true, pipe.fds[1], /*terminal=*/true);
+      term.draw(p);
+      term.note("report 1: loss=0.5");
+      term.close();
+    }
+    CHECK(pipe.drain() == "\r" + d::tracking::format_progress(p) + "\033[K" + "\r\033[Kdtrain: report 1: loss=0.5\n" +
+                              d::tracking::format_progress(p) + "\033[K\n");
+  }
+  {
+    Pipe pipe;
+    {
+      d::tracking::Progress plain(config, true, pipe.fds[1], /*terminal=*/false);
+      plain.draw(p);
+      plain.close();
+    }
+    CHECK(pipe.drain() == "dtrain: " + d::tracking::format_progress(p) + "\n");
+  }
+  {
+    Pipe pipe;
+    {
+      d::tracking::Progress quiet({.verbosity = d::Verbosity::quiet}, true, pipe.fds[1], true);
+      d::tracking::Progress other_rank(config, /*enabled=*/false, pipe.fds[1], true);
+      CHECK_FALSE(quiet.due());
+      quiet.draw(p);
+      other_rank.draw(p);
+      other_rank.note("x");
+    }
+    CHECK(pipe.drain().empty());
+  }
+  ::setenv("DTRAIN_VERBOSITY", "quiet", 1);
+  CHECK_FALSE(d::tracking::Progress(config, true, 2, false).enabled());
+  ::setenv("DTRAIN_VERBOSITY", "loud", 1);
+  CHECK_THROWS_MATCHES(d::tracking::Progress(config, true, 2, false), d::ConfigError,
+                       MessageContains({"DTRAIN_VERBOSITY", "loud", "quiet, normal or verbose"}));
+  ::unsetenv("DTRAIN_VERBOSITY");
+}
+
+TEST_CASE("report.html: curves, restart markers, tables, confusion matrix, escaped names", "[tracking][report]") {
+  TempDir dir;
+  const auto html = d::tracking::render_report(sample_run(dir / "r", "failed"));
+  CHECK(html.find("<script") == std::string::npos);
+  CHECK(html.find("http://") == html.find("http://www.w3.org/2000/svg"));  // the SVG namespace only
+  CHECK(html.find("data-metric=\"loss\"") != std::string::npos);
+  CHECK(html.find("data-metric=\"a&lt;b\"") != std::string::npos);  // escaped
+  CHECK(html.find("data-metric=\"note\"") == std::string::npos);     // text is not a curve
+  CHECK(html.find("data-metric=\"timestamp\"") == std::string::npos);
+  CHECK(html.find("class=\"restart\"") != std::string::npos);
+  CHECK(html.find("rank 1 was killed by signal 9") != std::string::npos);
+  CHECK(html.find("class=\"status failed\"") != std::string::npos);
+  CHECK(html.find("training failed 2 times") != std::string::npos);
+  CHECK(html.find("<table id=\"final-metrics\">") != std::string::npos);
+  CHECK(html.find("<table class=\"confusion-matrix\">") != std::string::npos);
+  CHECK(html.find(">dog</th>") != std::string::npos);
+  CHECK(html.find("id=\"throughput-chart\"") != std::string::npos);
+  CHECK(html.find("train_loop_config.model") != std::string::npos);
+  CHECK(html.find("checkpoint_000003") != std::string::npos);
+}
+
+TEST_CASE("tracker::mlflow<>: a failed run's meta.yaml, metrics, params and tags", "[tracking][mlflow]") {
+  TempDir dir;
+  const auto run = sample_run(dir / "r", "failed");
+  using mlflow = d::tracker::mlflow<>;
+  mlflow::start(run);
+  const auto rdir = mlflow::run_directory(run);
+  CHECK(slurp(rdir / "meta.yaml").find("status: 1\n") != std::string::npos);  // RUNNING
+  CHECK(slurp(rdir / "meta.yaml").find("end_time: null\n") != std::string::npos);
+  mlflow::end(run);
+  const auto meta = slurp(rdir / "meta.yaml");
+  CHECK(meta.find("status: 4\n") != std::string::npos);  // FAILED
+  CHECK(meta.find("end_time: 1004000\n") != std::string::npos);
+  CHECK(meta.find("start_time: 999500\n") != std::string::npos);
+  CHECK(meta.find("run_id: " + rdir.filename().string() + "\n") != std::string::npos);
+  CHECK(rdir.filename().string().size() == 32);
+  CHECK(slurp(rdir / "metrics" / "loss") == "1001000 1.0 10\n1002000 0.5 20\n1003000 0.33333333333333331 30\n");
+  CHECK(slurp(rdir / "metrics" / "a_b") == "1001000 0.5 10\n1002000 0.5 20\n1003000 0.5 30\n");  // '<' is not allowed
+  CHECK_FALSE(std::filesystem::exists(rdir / "metrics" / "note"));  // text is not a metric
+  CHECK_FALSE(std::filesystem::exists(rdir / "metrics" / "timestamp"));
+  CHECK(slurp(rdir / "metrics" / "test" / "accuracy") == "1004000 0.75 30\n");
+  CHECK(slurp(rdir / "params" / "train_loop_config.lr") == "0.001");
+  CHECK(slurp(rdir / "params" / "train_loop_config.model") == "mlp");
+  CHECK(slurp(rdir / "tags" / "mlflow.runName") == "r");
+  CHECK(slurp(rdir / "tags" / "dtrain.outcome") == "failed");
+  CHECK(slurp(rdir / "tags" / "mlflow.note.content") == "failed: training failed 2 times");
+  CHECK(slurp(dir / "r" / "mlruns" / "0" / "meta.yaml").find("name: 'Default'\n") != std::string::npos);
+  CHECK(std::filesystem::exists(rdir / "artifacts" / "report.html"));
+  CHECK(slurp(dir / "r" / "outcome.json").find("\"status\": \"failed\"") != std::string::npos);
+  // Names MLflow would reject are made valid.
+  CHECK(d::tracker::mlflow_detail::key("/a/../b c") == "a/__/b c");
+  CHECK(d::tracker::mlflow_detail::value_text(2) == "2.0");
+  CHECK(d::tracker::mlflow_detail::value_text(std::nan("")) == "nan");
+}
+
+TEST_CASE("tracker::none writes nothing", "[tracking]") {
+  TempDir dir;
+  const auto run = sample_run(dir / "r", "finished");
+  d::tracker::none::start(run);
+  d::tracker::none::end(run);
+  CHECK(std::filesystem::is_empty(dir / "r"));
+}
+
+namespace {
+
+torch::nn::Sequential tiny(std::int64_t hidden = 8) {
+  return torch::nn::Sequential(torch::nn::Linear(4, hidden), torch::nn::Tanh(), torch::nn::Linear(hidden, 3));
+}
+
+// A checkpoint of `model` written as checkpointer::directory<> writes it, as checkpoint_000001.
+std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, torch::nn::Sequential& model) {
+  namespace cd = d::checkpointer::detail;
+  torch::optim::SGD sgd(model->parameters(), 0.1);
+  d::checkpointer::Snapshot s;
+  s.has_model = true;
+  s.model = cd::named_state(*model, true);
+  s.optimizer = cd::optimizer_bytes(sgd);
+  s.generator = cd::default_generator_state();
+  std::filesystem::create_directories(run_dir / d::checkpointer::temporary_name(1));
+  cd::write_rank_file(run_dir / d::checkpointer::temporary_name(1), 0, s);
+  return cd::commit(run_dir, 1, 1, s, {{"score", 1.0}}, false, [] { return true; });
+}
+
+}  // namespace
+
+TEST_CASE("Predictor: class names and probabilities of every class, from a checkpoint", "[evaluation][predictor]") {
+  TempDir dir;
+  torch::manual_seed(1);
+  auto trained = tiny();
+  const auto path = save_checkpoint(dir / "run", trained);
+  const auto x = torch::randn({5, 4});
+  const auto expected = torch::softmax(trained->forward(x), 1);
+
+  torch::manual_seed(2);  // other weights: the checkpoint must replace them
+  auto p = d::evaluation::Predictor<torch::nn::Sequential>::from_checkpoint(path, tiny(), {"cat", "dog", "bird"});
+  const auto out = p.predict(x);
+  REQUIRE(out.size() == 5);
+  CHECK(torch::allclose(out.probabilities(), expected, 1e-6, 1e-6));
+  for (std::int64_t i = 0; i < out.size(); ++i) {
+    const auto one = out[i];
+    REQUIRE(one.probabilities.size() == 3);
+    CHECK(one.probabilities[0] + one.probabilities[1] + one.probabilities[2] == Approx(1.0));
+    CHECK(one.label == std::vector<std::string>{"cat", "dog", "bird"}[static_cast<std::size_t>(one.class_index)]);
+    CHECK(one.class_index == expected[i].argmax().item<std::int64_t>());
+  }
+  // The best of a run directory, and a dataset predicted batch by batch into a confusion matrix.
+  auto best = d::evaluation::Predictor<torch::nn::Sequential>::best(dir / "run", {.score_attribute = "score"}, tiny());
+  d::evaluation::ConfusionMatrix cm(3);
+  const auto all = best.predict(d::data::TensorDataset(x, torch::tensor({0, 1, 2, 0, 1})), 2, &cm);
+  CHECK(torch::allclose(all.probabilities(), expected, 1e-6, 1e-6));
+  CHECK(cm.total() == 5);
+  CHECK(all[0].label == std::to_string(all[0].class_index));  // no names given: the index
+}
+
+TEST_CASE("Predictor: a missing, damaged or mismatched checkpoint gets a clear error", "[evaluation][predictor]") {
+  using P = d::evaluation::Predictor<torch::nn::Sequential>;
+  TempDir dir;
+  CHECK_THROWS_MATCHES(P::from_checkpoint(dir / "nowhere", tiny()), d::ConfigError,
+                       MessageContains({"no checkpoint at", "nowhere", "Result::best_checkpoint()"}));
+  std::filesystem::create_directories(dir / "empty");
+  CHECK_THROWS_MATCHES(P::from_checkpoint(dir / "empty", tiny()), d::ConfigError,
+                       MessageContains({"is not a usable checkpoint", "no manifest.json"}));
+  CHECK_THROWS_MATCHES(P::best(dir / "empty", {}, tiny()), d::ConfigError, MessageContains({"holds no valid checkpoint"}));
+  CHECK_THROWS_MATCHES(P::best(dir / "no_run", {}, tiny()), d::ConfigError, MessageContains({"no run directory at"}));
+
+  auto model = tiny();
+  const auto path = save_checkpoint(dir / "run", model);
+  // Damaged: a byte of the model file flipped.
+  std::filesystem::copy(path, dir / "damaged", std::filesystem::copy_options::recursive);
+  {
+    std::fstream f(dir / "damaged" / "model.pt", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('\x7f');
+  }
+  CHECK_THROWS_MATCHES(P::from_checkpoint(dir / "damaged", tiny()), d::ConfigError,
+                       MessageContains({"is not a usable checkpoint", "CRC-32"}));
+  // Another architecture.
+  CHECK_THROWS_MATCHES(P::from_checkpoint(path, tiny(16)), d::ConfigError,
+                       MessageContains({"does not fit the model", "shape"}));
+  // Names that do not match the classes.
+  auto p = P::from_checkpoint(path, tiny(), {"a", "b"});
+  CHECK_THROWS_MATCHES(p.predict(torch::randn({2, 4})), d::ConfigError,
+                       MessageContains({"3 scores per sample but 2 class names"}));
+}
