@@ -1,6 +1,10 @@
 // The parts of dtrain that need no tensors: samplers, metrics and their history, configuration.
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -16,6 +20,7 @@
 
 #include <dtrain/config.hpp>
 #include <dtrain/error.hpp>
+#include <dtrain/launch/process.hpp>
 #include <dtrain/metrics.hpp>
 #include <dtrain/result.hpp>
 #include <dtrain/sampler/distributed.hpp>
@@ -420,4 +425,31 @@ TEST_CASE("RunConfig::validate wants positive timeouts", "[config][error]") {
   c = {};
   c.collective_timeout = std::chrono::milliseconds(-1);
   REQUIRE_THROWS_MATCHES(c.validate(), dtrain::ConfigError, MessageContains({"collective_timeout"}));
+}
+
+TEST_CASE("process_start_unix gives a new process's start within 50 ms", "[launch]") {
+  // startup_s (the example's and the benchmarks') counts from this moment, so a whole-second
+  // boot time (/proc/stat's btime) would add up to a second to it.
+  auto unix_now = [] {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  };
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const double before = unix_now();
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const double start = dtrain::launch::process_start_unix();
+    (void)!write(fds[1], &start, sizeof start);
+    _exit(0);
+  }
+  double start = 0;
+  REQUIRE(read(fds[0], &start, sizeof start) == static_cast<ssize_t>(sizeof start));
+  const double after = unix_now();
+  waitpid(child, nullptr, 0);
+  close(fds[0]);
+  close(fds[1]);
+  INFO("before " << before << " start " << start << " after " << after);
+  CHECK(start >= before - 0.05);  // the kernel's start time has 10 ms ticks
+  CHECK(start <= after + 0.05);
 }
