@@ -14,6 +14,7 @@
 #include <torch/types.h>
 
 #include <dtrain/backend/gloo.hpp>
+#include <dtrain/detail/buffer_sync.hpp>
 #include <dtrain/policy/category.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -92,13 +93,13 @@ struct ddp {
       explicit impl(Communicator& c) : comm(c) {}
       Communicator& comm;
       std::weak_ptr<impl> self;
-      std::vector<torch::Tensor> params, float_buffers;
+      std::vector<torch::Tensor> params;
       std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
       std::vector<std::uintptr_t> hook_keys;
       std::vector<std::size_t> bucket_of, slot_in_bucket;
       std::vector<bool> ready;
       std::vector<bucket> buckets;
-      torch::Tensor flat_buffers;
+      dtrain::detail::buffer_sync buffers;
       std::size_t next_launch = 0;
       bool callback_queued = false, sync = true;
       int grads_pending = 0;
@@ -107,10 +108,9 @@ struct ddp {
       void setup(torch::nn::Module& module) {
         for (auto& p : module.parameters())
           if (p.requires_grad()) params.push_back(p);
-        for (auto& b : module.buffers())
-          if (b.is_floating_point()) float_buffers.push_back(b);
         broadcast_state(module);
         if (comm.size() == 1) return;  // nothing to synchronise
+        buffers = dtrain::detail::buffer_sync(module);
         build_buckets();
         for (std::size_t i = 0; i < params.size(); ++i) {
           auto acc = torch::autograd::impl::grad_accumulator(params[i]);
@@ -201,11 +201,6 @@ struct ddp {
         }
         stats.buckets = static_cast<int>(buckets.size());
         grads_pending = static_cast<int>(params.size());
-        if (!float_buffers.empty()) {
-          std::int64_t n = 0;
-          for (auto& b : float_buffers) n += b.numel();
-          flat_buffers = torch::empty({n}, float_buffers.front().options().dtype(torch::kFloat));
-        }
       }
 
       torch::Tensor slot(std::size_t k) {
@@ -255,29 +250,13 @@ struct ddp {
             --buckets[bucket_of[k]].pending;
           }
         launch_ready_buckets();
-        Work buffers_work;
-        if (flat_buffers.defined()) {
-          torch::NoGradGuard no_grad;
-          std::int64_t at = 0;
-          for (auto& b : float_buffers) {
-            flat_buffers.narrow(0, at, b.numel()).copy_(b.reshape({-1}));
-            at += b.numel();
-          }
-          buffers_work = comm.broadcast(flat_buffers, 0);
-        }
+        Work buffers_work = buffers.start(comm);
         const auto t0 = std::chrono::steady_clock::now();
         for (auto& b : buckets) b.work.wait();
         buffers_work.wait();
         stats.allreduce_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         ++stats.synced_steps;
-        torch::NoGradGuard no_grad;
-        if (flat_buffers.defined()) {
-          std::int64_t at = 0;
-          for (auto& b : float_buffers) {
-            b.detach().copy_(flat_buffers.narrow(0, at, b.numel()).view(b.sizes()));
-            at += b.numel();
-          }
-        }
+        buffers.finish();
         for (auto& b : buckets) b.pending = static_cast<int>(b.params.size());
         std::fill(ready.begin(), ready.end(), false);
         grads_pending = static_cast<int>(params.size());

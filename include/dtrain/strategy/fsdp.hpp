@@ -26,6 +26,7 @@
 #include <torch/types.h>
 
 #include <dtrain/backend/gloo.hpp>
+#include <dtrain/detail/buffer_sync.hpp>
 #include <dtrain/error.hpp>
 #include <dtrain/policy/category.hpp>
 
@@ -222,7 +223,7 @@ struct fsdp {
       torch::nn::Module& module;
       Communicator& comm;
       std::weak_ptr<impl> self;
-      std::vector<torch::Tensor> params, float_buffers;
+      std::vector<torch::Tensor> params;
       std::vector<std::string> names;
       std::vector<std::vector<std::int64_t>> shapes;
       std::unordered_map<const c10::TensorImpl*, std::size_t> index_of;
@@ -233,7 +234,7 @@ struct fsdp {
       std::vector<bool> ready;
       std::size_t next_launch = 0;  // launches go units.size()-1 down to 0
       bool callback_queued = false, sync = true;
-      torch::Tensor flat_buffers;
+      dtrain::detail::buffer_sync buffers;
       fsdp_stats stats;
 
       void setup() {
@@ -260,13 +261,7 @@ struct fsdp {
           names.push_back(name);
           shapes.push_back(np.value().sizes().vec());
         }
-        for (auto& b : module.buffers())
-          if (b.is_floating_point()) float_buffers.push_back(b);
-        if (!float_buffers.empty()) {
-          std::int64_t n = 0;
-          for (auto& b : float_buffers) n += b.numel();
-          flat_buffers = torch::empty({n}, float_buffers.front().options().dtype(torch::kFloat));
-        }
+        buffers = dtrain::detail::buffer_sync(module);
         unit_of.assign(params.size(), 0);
         ready.assign(params.size(), false);
         const int world = comm.size(), rank = comm.rank();
@@ -495,15 +490,7 @@ struct fsdp {
               take_grad(k);
             }
           launch_ready();
-          Work buffers_work;
-          if (flat_buffers.defined() && comm.size() > 1) {
-            std::int64_t at = 0;
-            for (auto& b : float_buffers) {
-              flat_buffers.narrow(0, at, b.numel()).copy_(b.reshape({-1}));
-              at += b.numel();
-            }
-            buffers_work = comm.broadcast(flat_buffers, 0);
-          }
+          Work buffers_work = buffers.start(comm);
           const auto t0 = std::chrono::steady_clock::now();
           for (auto& u : units) u.work.wait();
           buffers_work.wait();
@@ -516,13 +503,7 @@ struct fsdp {
             u.grad_full = torch::Tensor();
             u.pending = static_cast<int>(u.params.size());
           }
-          if (flat_buffers.defined() && comm.size() > 1) {
-            std::int64_t at = 0;
-            for (auto& b : float_buffers) {
-              b.detach().copy_(flat_buffers.narrow(0, at, b.numel()).view(b.sizes()));
-              at += b.numel();
-            }
-          }
+          buffers.finish();
           std::fill(ready.begin(), ready.end(), false);
           next_launch = 0;
           ++stats.synced_steps;
