@@ -506,13 +506,17 @@ class Context {
 
   // Under fsdp<> an optimizer over the model's own parameters would step tensors whose gradients
   // are never kept: refuse it loudly.
+  // Checked once per optimizer (and again when its parameter groups change), not every step.
   template <class Optimizer>
   void check_optimizer(const Optimizer& opt) {
     if constexpr (requires(strategy_state& s, const std::vector<torch::Tensor>& v) { s.check_optimizer(v); }) {
+      const std::pair<const void*, std::size_t> seen{&opt, opt.param_groups().size()};
+      if (seen == checked_optimizer_) return;
       std::vector<torch::Tensor> params;
       for (const auto& g : opt.param_groups())
         for (const auto& p : g.params()) params.push_back(p);
       for (auto& s : strategies_) s->check_optimizer(params);
+      checked_optimizer_ = seen;
     }
   }
   // A precision state that can use the communicator (amp's GradScaler agrees on overflows over
@@ -739,6 +743,7 @@ class Context {
   precision_state precision_;
   std::vector<std::unique_ptr<strategy_state>> strategies_;
   std::vector<const torch::nn::Module*> prepared_;  // the module of each strategies_ entry
+  std::pair<const void*, std::size_t> checked_optimizer_{nullptr, 0};  // see check_optimizer
   std::int64_t epoch_ = 0, steps_ = 0, reports_ = 0;
   // Resume and sampler position (see shard()).
   std::optional<checkpointer::Checkpoint> resumed_;

@@ -307,21 +307,10 @@ class Trainer {
   // Result::latest_checkpoint() and best_checkpoint(): the valid checkpoints left in the run
   // directory (damaged ones are reported on stderr and passed over).
   void find_checkpoints(Result& result) const {
-    std::optional<Checkpoint> latest, best;
-    const bool higher = run_.checkpoint.score_order == ScoreOrder::max;
-    for (const auto& [iteration, dir] : checkpointer::list(run_.path())) {
-      std::string why;
-      auto c = Checkpoint::open(dir, &why);
-      if (!c) {
-        std::fprintf(stderr, "dtrain: warning: checkpoint %s is damaged (%s); it is not reported\n", dir.c_str(), why.c_str());
-        continue;
-      }
-      if (!latest) latest = c;
-      if (!best || checkpointer::scores_better(c->metrics(), c->iteration(), best->metrics(), best->iteration(),
-                                               run_.checkpoint.score_attribute, higher))
-        best = c;
-    }
-    result.set_checkpoints(std::move(latest), std::move(best));
+    const auto valid = checkpointer::all_valid(run_.path(), /*warn=*/true);
+    std::optional<Checkpoint> latest;
+    if (!valid.empty()) latest = valid.front();
+    result.set_checkpoints(std::move(latest), checkpointer::best_of(valid, run_.checkpoint));
     std::ifstream stats(run_.path() / checkpointer::stats_file);
     if (stats) {
       try {

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -87,19 +88,36 @@ inline void retain(std::vector<Entry>& index, const CheckpointConfig& config) {
   index = std::move(kept);
 }
 
+/// Every checkpoint under `run_dir` whose manifest verifies, newest first; each is verified once.
+/// With `warn`, each damaged one is reported on stderr with its path and the reason.
+inline std::vector<Checkpoint> all_valid(const std::filesystem::path& run_dir, bool warn = false) {
+  std::vector<Checkpoint> out;
+  for (const auto& [iteration, dir] : list(run_dir)) {
+    std::string why;
+    if (auto c = Checkpoint::open(dir, &why)) out.push_back(std::move(*c));
+    else if (warn)
+      std::fprintf(stderr, "dtrain: warning: checkpoint %s is damaged (%s); it is skipped\n", dir.c_str(), why.c_str());
+  }
+  return out;
+}
+
+/// The best of `checkpoints` by `config` (score_attribute and score_order; the newest when no
+/// score attribute is set), or nothing when there are none.
+inline std::optional<Checkpoint> best_of(const std::vector<Checkpoint>& checkpoints, const CheckpointConfig& config) {
+  const bool higher = config.score_order == ScoreOrder::max;
+  const Checkpoint* best = nullptr;
+  for (const auto& c : checkpoints)
+    if (!best || scores_better(c.metrics(), c.iteration(), best->metrics(), best->iteration(), config.score_attribute, higher))
+      best = &c;
+  if (!best) return std::nullopt;
+  return *best;
+}
+
 /// The best checkpoint under `run_dir` whose manifest verifies, ranked as `config` ranks them
 /// (score_attribute and score_order; the newest when no score attribute is set), or nothing when
 /// there is none. Damaged checkpoints are passed over.
 inline std::optional<Checkpoint> best_valid(const std::filesystem::path& run_dir, const CheckpointConfig& config) {
-  std::optional<Checkpoint> best;
-  const bool higher = config.score_order == ScoreOrder::max;
-  for (const auto& [iteration, dir] : list(run_dir)) {
-    auto c = Checkpoint::open(dir);
-    if (c && (!best || scores_better(c->metrics(), c->iteration(), best->metrics(), best->iteration(),
-                                     config.score_attribute, higher)))
-      best = std::move(c);
-  }
-  return best;
+  return best_of(all_valid(run_dir), config);
 }
 
 namespace detail {

@@ -200,21 +200,18 @@ nlohmann::json params_json(const ScalingConfig& scaling, const RunConfig& run) {
 /// its score by `config`, and which one is the latest and which the best.
 inline nlohmann::json checkpoint_index(const std::filesystem::path& run_dir, const CheckpointConfig& config) {
   nlohmann::json list = nlohmann::json::array();
-  const auto best = checkpointer::best_valid(run_dir, config);
-  bool latest_seen = false;
-  std::string latest_name;
-  for (const auto& [iteration, dir] : checkpointer::list(run_dir)) {
-    const auto c = checkpointer::Checkpoint::open(dir);
-    if (!c) continue;
-    nlohmann::json e = {{"directory", dir.filename().string()}, {"path", std::filesystem::absolute(dir).string()},
-                        {"iteration", c->iteration()}, {"epoch", c->epoch()}, {"step", c->steps()},
-                        {"metrics", c->metrics()}, {"latest", !latest_seen},
-                        {"best", best && best->iteration() == c->iteration()}};
-    if (!latest_seen) latest_name = dir.filename().string();
-    latest_seen = true;
+  const auto valid = checkpointer::all_valid(run_dir);
+  const auto best = checkpointer::best_of(valid, config);
+  const std::string latest_name = valid.empty() ? "" : valid.front().path().filename().string();
+  for (const auto& c : valid) {
+    const auto name = c.path().filename().string();
+    nlohmann::json e = {{"directory", name}, {"path", std::filesystem::absolute(c.path()).string()},
+                        {"iteration", c.iteration()}, {"epoch", c.epoch()}, {"step", c.steps()},
+                        {"metrics", c.metrics()}, {"latest", name == latest_name},
+                        {"best", best && best->iteration() == c.iteration()}};
     if (!config.score_attribute.empty()) {
-      auto it = c->metrics().find(config.score_attribute);
-      e["score"] = it == c->metrics().end() ? nlohmann::json(nullptr) : nlohmann::json(it->second);
+      auto it = c.metrics().find(config.score_attribute);
+      e["score"] = it == c.metrics().end() ? nlohmann::json(nullptr) : nlohmann::json(it->second);
     }
     list.push_back(std::move(e));
   }
