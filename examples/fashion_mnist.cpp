@@ -158,7 +158,7 @@ int main(int argc, char** argv) try {
   // A fresh run unless --resume: the driver (only it: workers are started with RANK set, also on a
   // restart) removes the checkpoints an earlier run left under this name.
   if (!opt.resume && !dtrain::launch::detect_worker())
-    for (const auto& [iteration, dir] : dtrain::checkpointer::list(run.path())) std::filesystem::remove_all(dir);
+    for (const auto& [iteration, dir] : dtrain::RunDirectory(run.path()).checkpoints()) std::filesystem::remove_all(dir);
   const dtrain::ScalingConfig scaling{.num_workers = opt.workers, .threads_per_worker = opt.threads_per_worker};
   // The train loop, the same for both strategies: the optimizer is built over ctx.parameters(model)
   // (fsdp<>: this rank's shards) and the model is called through ctx.forward.
@@ -172,7 +172,7 @@ int main(int argc, char** argv) try {
     std::int64_t samples = 0;
     double loop_s = 0, first_step_unix = 0;
     if (auto ck = ctx.get_checkpoint()) {
-      ck->restore(model, adam);
+      ctx.restore(*ck, model, adam);
       samples = static_cast<std::int64_t>(ck->extras().at("samples").number());
       loop_s = ck->extras().at("loop_s").number();
       first_step_unix = ck->extras().at("first_step_unix").number();
@@ -194,7 +194,7 @@ int main(int argc, char** argv) try {
         const torch::Tensor loss = torch::nn::functional::cross_entropy(ctx.forward(model, batch.data), batch.target);
         ctx.backward(loss);
         ctx.step(adam);
-        if (first_step_unix == 0) first_step_unix = dtrain::detail::unix_now();
+        if (first_step_unix == 0) first_step_unix = dtrain::unix_now();
         samples += batch.target.size(0);
         last_loss = loss.item<double>();
         // A finer loss curve than once per epoch: a report without a checkpoint.
@@ -210,14 +210,14 @@ int main(int argc, char** argv) try {
       dtrain::evaluation::ConfusionMatrix test_cm(10);
       {
         torch::NoGradGuard no_grad;
-        for (const dtrain::data::Batch& batch : ctx.template shard<dtrain::sampler::sequential>(data.test(), 1000 * ctx.world_size()))
+        for (const dtrain::data::Batch& batch : ctx.shard(data.test(), 1000 * ctx.world_size(), dtrain::sampler::sequential{}))
           test_cm.update(ctx.forward(model, batch.data), batch.target);
       }
       ctx.all_reduce(test_cm);
       // What the largest worker holds: parameters, gradients and Adam's state; and its peak RSS.
       const double state_bytes =
           ctx.all_reduce(static_cast<double>(ctx.model_state_bytes(model, adam)), dtrain::reduce::max);
-      const double peak_rss = ctx.all_reduce(dtrain::detail::peak_rss_mb(), dtrain::reduce::max);
+      const double peak_rss = ctx.all_reduce(dtrain::launch::peak_rss_mb(), dtrain::reduce::max);
 
       ctx.report({{"steps", ctx.steps()},
                   {"train_samples", static_cast<std::int64_t>(global_samples)},
@@ -291,7 +291,7 @@ int main(int argc, char** argv) try {
       {"final_train_loss", round(m.at("final_train_loss").number(), 5)},
       {"test_accuracy", round(m.at("test_accuracy").number(), 4)},
       {"run_dir", result.path.string()},
-      {"wall_s", round(dtrain::detail::unix_now() - process_start - eval_s, 3)},
+      {"wall_s", round(dtrain::unix_now() - process_start - eval_s, 3)},
       {"restarts", result.restarts},
       {"latest_checkpoint", result.latest_checkpoint() ? result.latest_checkpoint()->path().string() : ""},
       {"model_state_bytes_per_worker", static_cast<std::int64_t>(m.at("model_state_bytes_per_worker").number())},

@@ -12,16 +12,14 @@
 
 DTRAIN_NAMESPACE_BEGIN
 
-/// How many workers, and what each gets.
+/// How many workers, and what each gets. Whether they use GPUs is the Backend's choice
+/// (backend::nccl: one GPU per worker), made when the Trainer is compiled (Trainer::uses_gpu).
 struct ScalingConfig {
   /// Worker processes fit() starts when it runs as the driver (>= 1).
   int num_workers = 1;
   /// Intra-op threads per worker; OPENBLAS_NUM_THREADS and OMP_NUM_THREADS are set to the same
   /// number, so BLAS does not start threads of its own beside torch's pool.
   int threads_per_worker = 1;
-  /// One GPU per worker: worker LOCAL_RANK uses cuda:LOCAL_RANK. Needs a CUDA backend
-  /// (backend::nccl), and a CUDA backend needs it: fit() throws ConfigError on a mismatch.
-  bool use_gpu = false;
 
   void validate() const {
     if (num_workers < 1)

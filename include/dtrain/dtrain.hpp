@@ -6,13 +6,18 @@
 #include <dtrain/config.hpp>
 #include <dtrain/metrics.hpp>
 #include <dtrain/result.hpp>
+#include <dtrain/run_directory.hpp>
 
 #include <dtrain/policy/category.hpp>
 #include <dtrain/policy/concepts.hpp>
+#include <dtrain/concept/checkpointer.hpp>
+#include <dtrain/concept/sampler.hpp>
+#include <dtrain/concept/tracker.hpp>
 #include <dtrain/policy/resolve.hpp>
 #include <dtrain/backend/gloo.hpp>
 #include <dtrain/backend/nccl.hpp>
 #include <dtrain/sampler/distributed.hpp>
+#include <dtrain/sampler/cursor.hpp>
 #include <dtrain/sampler/sequential.hpp>
 #include <dtrain/checkpointer/checkpoint.hpp>
 #include <dtrain/checkpointer/directory.hpp>
@@ -38,6 +43,7 @@
 
 #include <dtrain/launch/environment.hpp>
 #include <dtrain/launch/process.hpp>
+#include <dtrain/launch/group.hpp>
 #include <dtrain/launch/rendezvous.hpp>
 
 #include <dtrain/context.hpp>

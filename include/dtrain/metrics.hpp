@@ -1,7 +1,9 @@
 #pragma once
 // Reported metrics: a name -> value map whose values are integers, reals or text.
 
+#include <chrono>
 #include <concepts>
+#include <cstdio>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -67,5 +69,27 @@ class Metric {
 
 /// What one call of report() records.
 using Metrics = std::map<std::string, Metric, std::less<>>;
+
+/// `metrics` as one line of text: "loss=0.41235, epoch=2" (reals to 5 significant digits).
+inline std::string metrics_line(const Metrics& metrics) {
+  std::string line;
+  for (const auto& [k, v] : metrics) {
+    if (!line.empty()) line += ", ";
+    line += k + "=";
+    if (v.is_number() && !v.is_integer()) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.5g", v.number());
+      line += buf;
+    } else {
+      line += v.text();
+    }
+  }
+  return line;
+}
+
+/// Seconds since the Unix epoch, as the metrics rows' `timestamp` holds them.
+inline double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 DTRAIN_NAMESPACE_END

@@ -67,6 +67,24 @@ class MetricsHistory {
     return h;
   }
 
+  /// Cuts a JSON Lines history back to the rows of iterations 1..`last_iteration` (a resumed run
+  /// continues after its checkpoint); with none left the file is removed.
+  static void truncate_jsonl(const std::filesystem::path& path, std::int64_t last_iteration) {
+    MetricsHistory kept;
+    if (last_iteration > 0)
+      for (const auto& row : read_jsonl(path).rows()) {
+        auto it = row.find("iteration");
+        if (it != row.end() && it->second.is_number() && it->second.number() <= static_cast<double>(last_iteration))
+          kept.push_back(row);
+      }
+    std::error_code ec;
+    const auto tmp = path.string() + ".tmp";
+    std::filesystem::remove(tmp, ec);
+    for (const auto& row : kept.rows()) append_jsonl(tmp, row);
+    if (kept.empty()) std::filesystem::remove(path, ec);
+    else std::filesystem::rename(tmp, path);
+  }
+
   static void append_jsonl(const std::filesystem::path& path, const Metrics& row) {
     std::ofstream out(path, std::ios::app);
     out << nlohmann::json(row).dump() << '\n';
@@ -112,20 +130,17 @@ struct Evaluation {
   /// The checkpoint evaluated (empty when none was named).
   std::string checkpoint;
 
-  /// The evaluations in an evaluations.json; none when the file is absent.
-  static std::vector<Evaluation> read_all(const std::filesystem::path& path) {
+  /// The evaluations of evaluations.json's "evaluations" array (`source` names it in errors).
+  static std::vector<Evaluation> from_json(const nlohmann::json& list, const std::string& source) {
     std::vector<Evaluation> out;
-    std::ifstream in(path);
-    if (!in) return out;
     try {
-      const auto doc = nlohmann::json::parse(in);  // a range-for over parse(in).at(...) would dangle
-      for (const auto& e : doc.at("evaluations"))
+      for (const auto& e : list)
         out.push_back({e.at("name").get<std::string>(), e.at("metrics").get<Metrics>(),
                        e.value("class_names", std::vector<std::string>{}),
                        e.value("confusion_matrix", std::vector<std::vector<std::int64_t>>{}),
                        e.value("checkpoint", std::string())});
     } catch (const std::exception& e) {
-      throw Error(path.string() + ": not an evaluations file (" + e.what() + ")");
+      throw Error(source + ": not an evaluations file (" + e.what() + ")");
     }
     return out;
   }

@@ -29,6 +29,7 @@
 #include <dtrain/launch/rendezvous.hpp>
 #include <dtrain/policy/resolve.hpp>
 #include <dtrain/result.hpp>
+#include <dtrain/run_directory.hpp>
 #include <dtrain/tracking/record.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -85,6 +86,8 @@ class Trainer {
   // (with the set's own messages), not only once fit() is instantiated.
   static_assert(sizeof(policies) > 0);
   using context = Context<policies>;
+  /// Whether the workers train on GPUs (one per worker, cuda:LOCAL_RANK): the backend decides.
+  static constexpr bool uses_gpu = policies::backend::uses_cuda;
   using model_type = Model;
   using dataset_type = Dataset;
 
@@ -102,17 +105,7 @@ class Trainer {
   Result fit(Loop&& loop) {
     scaling_.validate();
     run_.validate();
-    if (scaling_.use_gpu != policies::backend::uses_cuda) {
-      std::string backend_name = "a policy of your own";
-      if constexpr (requires { policies::backend::name; }) backend_name = policies::backend::name;
-      throw ConfigError(scaling_.use_gpu
-                            ? "ScalingConfig::use_gpu is set but the Trainer's backend (" + backend_name +
-                                  ") runs on CPU; add dtrain::backend::nccl to the Trainer's policies, or unset use_gpu"
-                            : "the Trainer's backend (" + backend_name +
-                                  ") runs on GPUs; set ScalingConfig::use_gpu = true (one GPU per worker), or use "
-                                  "dtrain::backend::gloo on CPU");
-    }
-    if (!policies::checkpointer::persists && run_.resume_from)
+    if (!persists && run_.resume_from)
       throw ConfigError("RunConfig::resume_from is set but the Trainer's Checkpointer is checkpointer::none, "
                         "which neither writes nor reads checkpoints; add dtrain::checkpointer::directory<> "
                         "to the Trainer's policies");
@@ -121,6 +114,8 @@ class Trainer {
   }
 
  private:
+  static constexpr bool persists = policies::checkpointer::state::persists;
+
   template <class Loop>
   [[noreturn]] void run_worker(const launch::WorkerIdentity& who, Loop& loop) {
     int status = 0;
@@ -140,7 +135,7 @@ class Trainer {
       if (store) {
         try {
           store->set(launch::key(who.attempt, "error/" + std::to_string(who.rank)),
-                     launch::to_bytes(std::to_string(detail::unix_now()) + " " + what));
+                     launch::to_bytes(std::to_string(unix_now()) + " " + what));
           store->add(launch::key(who.attempt, "errors"), 1);
         } catch (...) {  // the store went away with the driver: stderr has it
         }
@@ -162,14 +157,13 @@ class Trainer {
 
   template <class Loop>
   Result drive(Loop& loop) {
-    namespace fs = std::filesystem;
-    fs::create_directories(run_.path());
+    RunDirectory(run_.path()).create();
     const auto addr = launch::detail::env("MASTER_ADDR").value_or("127.0.0.1");
     const int port = launch::detail::env_int("MASTER_PORT", 0);
     auto store = launch::host_store(addr, port, run_.rendezvous_timeout);
 
     // A resume_from that cannot be used fails here, before any worker starts.
-    if constexpr (policies::checkpointer::persists) {
+    if constexpr (persists) {
       std::string why;
       if (run_.resume_from && !checkpointer::latest_valid(run_.path(), /*warn=*/false) &&
           !Checkpoint::open(*run_.resume_from, &why))
@@ -199,7 +193,7 @@ class Trainer {
     tracking::RunRecord record;
     record.path = run_.path();
     record.params = tracking::params_json<policies>(scaling_, run_);
-    record.outcome = {{"format", tracking::format_version}, {"status", "running"}, {"start_time", detail::unix_now()},
+    record.outcome = {{"format", tracking::format_version}, {"status", "running"}, {"start_time", unix_now()},
                       {"end_time", nullptr}, {"restarts", 0}, {"failures", nlohmann::json::array()}, {"error", nullptr}};
     policies::tracker::start(record);
 
@@ -216,9 +210,9 @@ class Trainer {
       }
       if (!failure) break;
       failures.push_back(std::move(*failure));
-      nlohmann::json failed = {{"time", detail::unix_now()}, {"attempt", attempt}, {"cause", failures.back()},
+      nlohmann::json failed = {{"time", unix_now()}, {"attempt", attempt}, {"cause", failures.back()},
                                {"resumed_iteration", 0}, {"resumed_step", 0}};
-      if constexpr (policies::checkpointer::persists)
+      if constexpr (persists)
         if (auto ck = checkpointer::latest_valid(run_.path(), /*warn=*/false)) {
           failed["resumed_iteration"] = ck->iteration();
           failed["resumed_step"] = ck->steps();
@@ -244,29 +238,44 @@ class Trainer {
                    failures.size(), allowed < 0 ? "unlimited" : std::to_string(allowed).c_str());
     }
 
-    Result result;
-    result.path = run_.path();
-    result.restarts = static_cast<int>(failures.size());
-    result.metrics_history = MetricsHistory::read_jsonl(run_.path() / "metrics.jsonl");
-    if (!result.metrics_history.empty()) result.metrics = result.metrics_history.rows().back();
-    if constexpr (policies::checkpointer::persists) find_checkpoints(result);
-    result.evaluations = Evaluation::read_all(run_.path() / tracking::files::evaluations);
-    end_run(record, "finished", result.restarts, "");
-    return result;
+    return end_run(record, "finished", static_cast<int>(failures.size()), "");
   }
 
-  // The run's outcome for the Tracker: the files as they are now, and how it ended.
-  void end_run(tracking::RunRecord& record, const std::string& status, int restarts, const std::string& error) const {
+  // The run's end, for the Tracker and the Result alike: the run directory read once, its
+  // checkpoints verified once (damaged ones are reported on stderr and passed over).
+  Result end_run(tracking::RunRecord& record, const std::string& status, int restarts, const std::string& error) const {
     record.outcome["status"] = status;
-    record.outcome["end_time"] = detail::unix_now();
+    record.outcome["end_time"] = unix_now();
     record.outcome["restarts"] = restarts;
     record.outcome["error"] = error.empty() ? nlohmann::json(nullptr) : nlohmann::json(error);
-    const auto read = tracking::RunRecord::read(run_.path());
-    record.history = read.history;
-    record.evaluations = read.evaluations;
-    if constexpr (policies::checkpointer::persists) record.checkpoints = tracking::checkpoint_index(run_.path(), run_.checkpoint);
+    const RunDirectory dir(run_.path());
+    record.history = MetricsHistory::read_jsonl(dir.history());
+    record.evaluations = tracking::read_json(dir.evaluations(), nlohmann::json::object()).value("evaluations", nlohmann::json::array());
+    std::vector<Checkpoint> valid;
+    if constexpr (persists) {
+      valid = checkpointer::all_valid(run_.path(), /*warn=*/true);
+      record.checkpoints = tracking::checkpoint_index(valid, run_.checkpoint);
+    }
     record.outcome["reports"] = record.history.size();
     policies::tracker::end(record);
+
+    Result result;
+    result.path = run_.path();
+    result.restarts = restarts;
+    result.metrics_history = record.history;
+    if (!result.metrics_history.empty()) result.metrics = result.metrics_history.rows().back();
+    result.evaluations = Evaluation::from_json(record.evaluations, dir.evaluations().string());
+    if constexpr (persists) {
+      std::optional<Checkpoint> latest;
+      if (!valid.empty()) latest = valid.front();
+      result.set_checkpoints(std::move(latest), checkpointer::best_of(valid, run_.checkpoint));
+      try {
+        const auto stats = tracking::read_json(dir.checkpoint_stats());
+        if (!stats.is_null()) result.checkpoint_stats = stats.get<checkpointer::CheckpointStats>();
+      } catch (const std::exception&) {  // unreadable: the stats are optional
+      }
+    }
+    return result;
   }
 
   // Starts one group, waits for it; the description of its failure, or nothing when every rank
@@ -302,22 +311,6 @@ class Trainer {
       return describe_failure(store, *ended, n, attempt);
     }
     return std::nullopt;
-  }
-
-  // Result::latest_checkpoint() and best_checkpoint(): the valid checkpoints left in the run
-  // directory (damaged ones are reported on stderr and passed over).
-  void find_checkpoints(Result& result) const {
-    const auto valid = checkpointer::all_valid(run_.path(), /*warn=*/true);
-    std::optional<Checkpoint> latest;
-    if (!valid.empty()) latest = valid.front();
-    result.set_checkpoints(std::move(latest), checkpointer::best_of(valid, run_.checkpoint));
-    std::ifstream stats(run_.path() / checkpointer::stats_file);
-    if (stats) {
-      try {
-        result.checkpoint_stats = nlohmann::json::parse(stats).get<checkpointer::CheckpointStats>();
-      } catch (const std::exception&) {  // unreadable: the stats are optional
-      }
-    }
   }
 
   // The rank whose error was recorded first is the cause; the others usually lost their peer.

@@ -117,8 +117,8 @@ int run_sharded(const Args& a) {
         a.scenario == "fsdp_bad_optimizer" ? model->parameters() : ctx.parameters(model);
     torch::optim::Adam adam(params, torch::optim::AdamOptions(memory ? 1e-4 : 1e-2));
     if (auto ck = ctx.get_checkpoint()) {
-      if (a.restore == "all") ck->restore(model, adam);
-      else ck->restore(model);
+      if (a.restore == "all") ctx.restore(*ck, model, adam);
+      else ctx.restore(*ck, model);
     }
     model->train();
     int step = 0;
@@ -284,7 +284,7 @@ int run(const Args& a) {
   const std::int64_t features = big ? 512 : 20, hidden = big ? 512 : 32;
   const auto data = synthetic(1024, features);
 
-  Trainer trainer({.num_workers = a.workers, .threads_per_worker = a.threads, .use_gpu = a.scenario == "use_gpu"},
+  Trainer trainer({.num_workers = a.workers, .threads_per_worker = a.threads},
                   {.storage_path = a.storage, .name = a.scenario,
                    .rendezvous_timeout = std::chrono::milliseconds(a.rendezvous_ms),
                    .collective_timeout = std::chrono::seconds(20)});

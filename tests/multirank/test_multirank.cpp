@@ -474,15 +474,6 @@ TEST_CASE("an overflow on one rank makes every rank skip the step and back the l
   CHECK(metric(r.output, "loss_scale") == 32768);
 }
 
-TEST_CASE("use_gpu with a CPU backend is refused before any worker starts", "[multirank][config]") {
-  const auto tag = unique_tag();
-  auto r = scenario("use_gpu --workers 2 --steps 1", tag);
-  INFO(r.output);
-  CHECK(r.status == 3);
-  CHECK(r.output.find("ScalingConfig::use_gpu is set but the Trainer's backend (gloo) runs on CPU") != std::string::npos);
-  CHECK(r.output.find("dtrain::backend::nccl") != std::string::npos);
-}
-
 TEST_CASE("a prefetching shard trains exactly as the plain one and counts the batches the loop got", "[multirank][prefetch]") {
   const auto tag = unique_tag();
   const fs::path plain = fs::temp_directory_path() / (tag + "_plain.pt"),

@@ -7,9 +7,12 @@
 #include <fstream>
 #include <string>
 
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
 
 #include <dtrain/checkpointer/directory.hpp>
+#include <dtrain/launch/group.hpp>
+#include <dtrain/run_directory.hpp>
 #include <dtrain/evaluation/predictor.hpp>
 #include <dtrain/tracker/mlflow.hpp>
 #include <dtrain/tracker/none.hpp>
@@ -196,9 +199,12 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, torc
   s.model = cd::named_state(*model, true);
   s.optimizer = cd::optimizer_bytes(sgd);
   s.generator = cd::default_generator_state();
-  std::filesystem::create_directories(run_dir / d::checkpointer::temporary_name(1));
-  cd::write_rank_file(run_dir / d::checkpointer::temporary_name(1), 0, s);
-  return cd::commit(run_dir, 1, 1, s, {{"score", 1.0}}, false, [] { return true; });
+  // One worker's group over an in-memory store, writing as a run's rank 0 does.
+  const d::launch::Group group({}, c10::make_intrusive<c10d::HashStore>(), std::chrono::seconds(10));
+  d::checkpointer::directory<false>::state checkpoints(group, {.storage_path = run_dir.parent_path(), .name = run_dir.filename().string()});
+  checkpoints.save(std::move(s), 1, {{"score", 1.0}});
+  checkpoints.wait();
+  return d::RunDirectory(run_dir).checkpoint(1);
 }
 
 }  // namespace

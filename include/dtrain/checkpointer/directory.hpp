@@ -2,27 +2,36 @@
 // checkpointer::directory<>: atomic, verified checkpoint directories under storage_path/name,
 // written on a background thread, retained by score, found again on resume.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <optional>
-#include <sstream>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
-#include <torch/serialize/output-archive.h>
 
 #include <dtrain/checkpointer/checkpoint.hpp>
+#include <dtrain/checkpointer/retention.hpp>
+#include <dtrain/checkpointer/write.hpp>
 #include <dtrain/config.hpp>
+#include <dtrain/launch/group.hpp>
 #include <dtrain/metrics.hpp>
 #include <dtrain/policy/category.hpp>
+#include <dtrain/run_directory.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
 namespace checkpointer {
+
+namespace detail {
+template <bool Async>
+class directory_state;
+}  // namespace detail
 
 /// Checkpoints as directories: `ctx.report(metrics, ctx.checkpoint(model, optimizer))` saves
 /// storage_path/name/checkpoint_NNNNNN/ (NNNNNN: the report's iteration), see checkpoint.hpp for
@@ -37,173 +46,141 @@ template <bool Async = true>
 struct directory {
   using category = dtrain::category::checkpointer;
   static constexpr const char* name = "directory";
-  static constexpr bool persists = true;
   static constexpr bool asynchronous = Async;
+  using state = detail::directory_state<Async>;
 };
-
-/// What ctx.checkpoint(model, optimizer, extras) took on the training thread: clones, so the
-/// training can go on while they are written.
-struct Snapshot {
-  bool has_model = false;
-  c10::Dict<std::string, at::Tensor> model;  // rank 0 only: the state is replicated
-  std::string optimizer;                     // rank 0 only: the serialized OutputArchive
-  bool sharded_optimizer = false;            // every rank's own optimizer state (strategy::fsdp<>)
-  Metrics extras;
-  torch::Tensor generator;  // this rank's default CPU generator
-  std::int64_t epoch = 0, position = 0, steps = 0;
-};
-
-/// A checkpoint known to the retention of a running group.
-struct Entry {
-  std::int64_t iteration = 0;
-  std::filesystem::path path;
-  Metrics metrics;
-};
-
-/// Removes the checkpoints `config` does not keep: the num_to_keep best by score_attribute (or the
-/// newest), plus the latest and the best, are kept. Called after a new checkpoint is complete.
-inline void retain(std::vector<Entry>& index, const CheckpointConfig& config) {
-  if (config.num_to_keep <= 0 || index.empty()) return;
-  const bool higher = config.score_order == ScoreOrder::max;
-  std::vector<Entry> ranked = index;
-  std::stable_sort(ranked.begin(), ranked.end(), [&](const Entry& a, const Entry& b) {
-    return scores_better(a.metrics, a.iteration, b.metrics, b.iteration, config.score_attribute, higher);
-  });
-  std::int64_t latest = 0;
-  for (const auto& e : index) latest = std::max(latest, e.iteration);
-  std::vector<std::int64_t> keep{latest, ranked.front().iteration};
-  for (std::size_t i = 0; i < ranked.size() && i < static_cast<std::size_t>(config.num_to_keep); ++i)
-    keep.push_back(ranked[i].iteration);
-  std::vector<Entry> kept;
-  for (auto& e : index) {
-    if (std::find(keep.begin(), keep.end(), e.iteration) != keep.end()) {
-      kept.push_back(std::move(e));
-      continue;
-    }
-    std::error_code ec;
-    // The manifest goes first: a removal cut short leaves a directory that no longer verifies.
-    std::filesystem::remove(e.path / files::manifest, ec);
-    std::filesystem::remove_all(e.path, ec);
-  }
-  index = std::move(kept);
-}
-
-/// Every checkpoint under `run_dir` whose manifest verifies, newest first; each is verified once.
-/// With `warn`, each damaged one is reported on stderr with its path and the reason.
-inline std::vector<Checkpoint> all_valid(const std::filesystem::path& run_dir, bool warn = false) {
-  std::vector<Checkpoint> out;
-  for (const auto& [iteration, dir] : list(run_dir)) {
-    std::string why;
-    if (auto c = Checkpoint::open(dir, &why)) out.push_back(std::move(*c));
-    else if (warn)
-      std::fprintf(stderr, "dtrain: warning: checkpoint %s is damaged (%s); it is skipped\n", dir.c_str(), why.c_str());
-  }
-  return out;
-}
-
-/// The best of `checkpoints` by `config` (score_attribute and score_order; the newest when no
-/// score attribute is set), or nothing when there are none.
-inline std::optional<Checkpoint> best_of(const std::vector<Checkpoint>& checkpoints, const CheckpointConfig& config) {
-  const bool higher = config.score_order == ScoreOrder::max;
-  const Checkpoint* best = nullptr;
-  for (const auto& c : checkpoints)
-    if (!best || scores_better(c.metrics(), c.iteration(), best->metrics(), best->iteration(), config.score_attribute, higher))
-      best = &c;
-  if (!best) return std::nullopt;
-  return *best;
-}
-
-/// The best checkpoint under `run_dir` whose manifest verifies, ranked as `config` ranks them
-/// (score_attribute and score_order; the newest when no score attribute is set), or nothing when
-/// there is none. Damaged checkpoints are passed over.
-inline std::optional<Checkpoint> best_valid(const std::filesystem::path& run_dir, const CheckpointConfig& config) {
-  return best_of(all_valid(run_dir), config);
-}
 
 namespace detail {
 
-inline std::string optimizer_bytes(const auto& optimizer) {
-  torch::serialize::OutputArchive archive;
-  optimizer.save(archive);
-  std::ostringstream os;
-  archive.save_to(os);
-  return os.str();
-}
+/// directory<Async>'s per-worker state; checkpointer::none::state documents each member.
+template <bool Async>
+class directory_state {
+ public:
+  static constexpr bool persists = true;
 
-/// The iteration at which DTRAIN_FAULT_CHECKPOINT_WRITE asks rank 0 of the first attempt to die
-/// halfway through writing model.pt (a test hook for crashes during a checkpoint write).
-inline std::optional<std::int64_t> fault_iteration() {
-  const char* v = std::getenv("DTRAIN_FAULT_CHECKPOINT_WRITE");
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  return std::stoll(v);
-}
-
-/// optimizer.pt of a checkpoint whose optimizer state is sharded: an archive that names the world
-/// size, so that a plain optimizer.load() of it fails instead of loading something else.
-inline std::string sharded_optimizer_marker(int world_size) {
-  torch::serialize::OutputArchive archive;
-  archive.write(sharded_optimizer_key, torch::tensor(static_cast<std::int64_t>(world_size)));
-  std::ostringstream os;
-  archive.save_to(os);
-  return os.str();
-}
-
-/// Writes this rank's file of checkpoint `iteration` into the temporary directory.
-inline void write_rank_file(const std::filesystem::path& tmp, int rank, const Snapshot& s) {
-  const auto gen = s.generator.contiguous();
-  nlohmann::json j = {{"rank", rank},
-                      {"epoch", s.epoch},
-                      {"position", s.position},
-                      {"rng", to_hex(gen.data_ptr<std::uint8_t>(), static_cast<std::size_t>(gen.numel()))}};
-  write_file(tmp / files::rank(rank), j.dump());
-  if (s.sharded_optimizer) write_file(tmp / files::rank_optimizer(rank), s.optimizer);
-}
-
-/// Rank 0's part: the replicated state, then (once every rank's file is there, `wait_for_ranks`)
-/// the manifest, the rename into place and the fsync of the run directory. Returns the new path.
-template <class WaitForRanks>
-std::filesystem::path commit(const std::filesystem::path& run_dir, std::int64_t iteration, int world_size,
-                             const Snapshot& s, const Metrics& reported, bool crash_inside,
-                             WaitForRanks&& wait_for_ranks) {
-  namespace fs = std::filesystem;
-  const fs::path tmp = run_dir / temporary_name(iteration);
-  nlohmann::json entries = nlohmann::json::array();
-  auto add = [&](const std::string& name, std::uint64_t size, std::uint32_t crc) {
-    entries.push_back({{"name", name}, {"size", size}, {"crc32", crc}});
-  };
-  const auto model = torch::jit::pickle_save(c10::IValue(s.model));
-  if (crash_inside) crash_after_bytes() = model.size() / 2;
-  add(files::model, model.size(), write_file(tmp / files::model, model.data(), model.size()));
-  // Optimizer state sharded per rank: optimizer.pt only says so, each rank's file holds its piece.
-  const std::string optimizer = s.sharded_optimizer ? sharded_optimizer_marker(world_size) : s.optimizer;
-  add(files::optimizer, optimizer.size(), write_file(tmp / files::optimizer, optimizer));
-  const nlohmann::json state = {{"iteration", iteration}, {"epoch", s.epoch}, {"position", s.position},
-                                {"steps", s.steps}, {"world_size", world_size},
-                                {"metrics", reported}, {"extras", s.extras}};
-  const auto state_text = state.dump(2);
-  add(files::state, state_text.size(), write_file(tmp / files::state, state_text));
-  if (!wait_for_ranks()) return {};
-  for (int r = 0; r < world_size; ++r) {
-    const auto [crc, size] = crc32_of_file(tmp / files::rank(r));
-    add(files::rank(r), size, crc);
-    if (s.sharded_optimizer) {
-      const auto [ocrc, osize] = crc32_of_file(tmp / files::rank_optimizer(r));
-      add(files::rank_optimizer(r), osize, ocrc);
-    }
+  /// Rank 0 picks the checkpoint to resume from (the newest valid one of the run directory, else
+  /// RunConfig::resume_from), warning about damaged ones and removing unfinished writes; every
+  /// rank gets the same answer.
+  directory_state(const launch::Group& group, const RunConfig& run)
+      : group_(group), config_(run.checkpoint), dir_(run.path()) {
+    const auto chosen = group_.decide("checkpoint/resume", [&] { return choose(run); });
+    if (chosen.empty()) return;
+    resumed_ = Checkpoint::open(chosen, nullptr, /*verify_files=*/false);  // rank 0 verified it
+    if (!resumed_)
+      throw Error(chosen + ": the checkpoint rank 0 chose cannot be opened on rank " + std::to_string(group_.rank()));
   }
-  const nlohmann::json manifest = {{"format", 1}, {"iteration", iteration}, {"world_size", world_size},
-                                   {"files", entries}};
-  write_file(tmp / files::manifest, manifest.dump(2));
-  fsync_directory(tmp);
-  const fs::path dest = run_dir / directory_name(iteration);
-  std::error_code ec;
-  // Only a damaged checkpoint of this iteration (the newest valid one is older) can be there.
-  if (fs::exists(dest, ec)) fs::remove_all(dest, ec);
-  fs::rename(tmp, dest, ec);
-  if (ec) throw Error(dest.string() + ": cannot rename the checkpoint into place (" + ec.message() + ")");
-  fsync_directory(run_dir);
-  return dest;
-}
+
+  ~directory_state() {
+    // A write still running after an error: rank 0's stops waiting for the other ranks' files.
+    abort_ = true;
+    if (pending_.valid()) pending_.wait();
+  }
+  directory_state(const directory_state&) = delete;
+  directory_state& operator=(const directory_state&) = delete;
+
+  const std::optional<Checkpoint>& resumed() const { return resumed_; }
+
+  /// Writes `snapshot` as checkpoint `iteration`: every rank its own file, rank 0 the rest, the
+  /// manifest and the rename once every rank's file is there; then retention. On a background
+  /// thread when Async.
+  void save(Snapshot&& snapshot, std::int64_t iteration, Metrics reported) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto work = [this, s = std::move(snapshot), iteration, reported = std::move(reported)]() -> double {
+      const auto start = std::chrono::steady_clock::now();
+      write(s, iteration, reported);
+      return seconds_since(start);
+    };
+    if constexpr (Async) {
+      pending_ = std::async(std::launch::async, std::move(work));
+    } else {
+      std::promise<double> done;
+      done.set_value(work());
+      pending_ = done.get_future();
+    }
+    stats_.blocked_s += seconds_since(t0);
+  }
+
+  void wait() {
+    if (!pending_.valid()) return;
+    const double took = pending_.get();  // rethrows what the write threw
+    stats_.write_s += took;
+    stats_.last_write_s = took;
+    ++stats_.written;
+  }
+
+  std::optional<Checkpoint> best() const { return best_valid(dir_.path(), config_); }
+
+  void add_blocked(double seconds) { stats_.blocked_s += seconds; }
+  const CheckpointStats& stats() const { return stats_; }
+
+  void finish() {
+    wait();
+    if (group_.rank() == 0) write_file(dir_.checkpoint_stats(), nlohmann::json(stats_).dump() + "\n");
+  }
+
+ private:
+  static double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  // Rank 0: the checkpoint to resume from, or "" for a fresh start; the index retention starts
+  // from.
+  std::string choose(const RunConfig& run) {
+    dir_.create();
+    dir_.remove_unfinished_checkpoints();
+    auto ck = latest_valid(dir_.path());
+    if (!ck && run.resume_from) {
+      std::string why;
+      ck = Checkpoint::open(*run.resume_from, &why);
+      if (!ck)
+        throw ConfigError("RunConfig::resume_from " + run.resume_from->string() + " cannot be resumed from: " + why +
+                          "; and " + dir_.path().string() +
+                          " holds no valid checkpoint either. Point resume_from at a checkpoint_NNNNNN directory "
+                          "whose manifest verifies, or unset it to start afresh.");
+    }
+    if (!ck) return "";
+    for (const auto& [iteration, dir] : dir_.checkpoints())
+      if (iteration <= ck->iteration())
+        if (auto c = Checkpoint::open(dir, nullptr, false)) index_.insert(index_.begin(), {iteration, dir, c->metrics()});
+    return ck->path().string();
+  }
+
+  void write(const Snapshot& s, std::int64_t iteration, const Metrics& reported) {
+    const auto tmp = dir_.temporary_checkpoint(iteration);
+    std::error_code ec;
+    std::filesystem::create_directories(tmp, ec);
+    if (ec) throw Error(tmp.string() + ": cannot create the checkpoint directory (" + ec.message() +
+                        "); check that the storage path is writable and not full");
+    write_rank_file(tmp, group_.rank(), s);
+    const auto written = group_.key("checkpoint/" + std::to_string(iteration) + "/written");
+    group_.store().add(written, 1);
+    if (group_.rank() != 0) return;
+    auto wait_for_ranks = [&] {
+      const auto deadline = std::chrono::steady_clock::now() + group_.timeout();
+      while (group_.store().add(written, 0) < group_.size()) {
+        if (abort_) return false;
+        if (std::chrono::steady_clock::now() > deadline)
+          throw WorkerError("rank 0 waited " + std::to_string(group_.timeout().count()) +
+                            " ms for the other ranks' files of " + tmp.string());
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      return true;
+    };
+    const auto dest = commit(dir_.path(), iteration, group_.size(), s, reported, wait_for_ranks);
+    if (dest.empty()) return;
+    index_.push_back({iteration, dest, reported});
+    retain(index_, config_);
+  }
+
+  const launch::Group& group_;
+  CheckpointConfig config_;
+  RunDirectory dir_;
+  std::optional<Checkpoint> resumed_;
+  std::future<double> pending_;  // at most one write in flight
+  std::atomic<bool> abort_{false};
+  CheckpointStats stats_;
+  std::vector<Entry> index_;  // rank 0: the checkpoints retention knows
+};
 
 }  // namespace detail
 

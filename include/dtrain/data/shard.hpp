@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -16,18 +17,31 @@ DTRAIN_NAMESPACE_BEGIN
 
 namespace data {
 
+/// How many batches of `batch_size` hold `count` samples (the last one may be shorter).
+inline std::int64_t batch_count(std::int64_t count, std::int64_t batch_size) {
+  return (count + batch_size - 1) / batch_size;
+}
+
+/// Called with a batch's index in the epoch and its sample count when the view gathers it.
+using BatchObserver = std::function<void(std::int64_t index, std::int64_t samples)>;
+
 /// The batches of `split` at `indices` (this rank's sample order for the epoch), `batch_size` at a
-/// time, the last one shorter when batch_size does not divide the count. A view: each batch is
-/// gathered (index_select) when the iterator reaches it, and the view owns the indices.
+/// time, the last one shorter when batch_size does not divide the count, starting at batch
+/// `first` (a resumed epoch skips what it trained already). A view: each batch is gathered
+/// (index_select) when the iterator reaches it, and the view owns the indices. `observe`, when
+/// set, hears of each batch gathered.
 template <RandomAccess Split>
-auto batches(const Split& split, std::vector<std::int64_t> indices, std::int64_t batch_size) {
+auto batches(const Split& split, std::vector<std::int64_t> indices, std::int64_t batch_size, std::int64_t first = 0,
+             BatchObserver observe = {}) {
   if (batch_size < 1) throw ConfigError("batch size must be at least 1, got " + std::to_string(batch_size));
   auto order = std::make_shared<const std::vector<std::int64_t>>(std::move(indices));
   const auto count = static_cast<std::int64_t>(order->size());
-  const std::int64_t n_batches = (count + batch_size - 1) / batch_size;
-  return ranges::views::iota(std::int64_t{0}, n_batches) |
-         ranges::views::transform([&split, order, batch_size, count](std::int64_t b) -> Batch {
+  const std::int64_t n_batches = batch_count(count, batch_size);
+  first = std::clamp<std::int64_t>(first, 0, n_batches);
+  return ranges::views::iota(first, n_batches) |
+         ranges::views::transform([&split, order, batch_size, count, observe = std::move(observe)](std::int64_t b) -> Batch {
            const std::int64_t begin = b * batch_size, len = std::min(batch_size, count - begin);
+           if (observe) observe(b, len);
            // from_blob does not copy; index_select reads it before `order` can go away.
            const auto idx = torch::from_blob(const_cast<std::int64_t*>(order->data() + begin), {len}, torch::kInt64);
            return split.get_batch(idx);

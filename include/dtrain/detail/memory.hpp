@@ -1,7 +1,5 @@
 #pragma once
-// What a worker holds: bytes of an optimizer's state, and the process's peak resident set.
-
-#include <sys/resource.h>
+// What a worker holds: bytes of an optimizer's state.
 
 #include <cstdint>
 #include <sstream>
@@ -50,13 +48,6 @@ inline std::int64_t optimizer_state_bytes(const torch::optim::Optimizer& opt) {
     }
   }
   return n;
-}
-
-/// The peak resident set of this process so far, in MiB (getrusage's ru_maxrss).
-inline double peak_rss_mb() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) / 1024.0;  // Linux reports KiB
 }
 
 }  // namespace detail

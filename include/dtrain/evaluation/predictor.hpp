@@ -156,7 +156,7 @@ class Predictor {
   template <class Context, data::RandomAccess Dataset>
   Predictions predict(Context& ctx, const Dataset& data, std::int64_t global_batch, ConfusionMatrix* cm = nullptr) {
     std::vector<torch::Tensor> parts;
-    for (auto b : ctx.template shard<sampler::sequential>(data, global_batch)) {
+    for (auto b : ctx.shard(data, global_batch, sampler::sequential{})) {
       parts.push_back(probabilities(b.data));
       if (cm) cm->update(parts.back(), b.target);
     }

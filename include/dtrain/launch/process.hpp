@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -38,6 +39,13 @@ inline std::vector<std::string> own_command_line() {
   while (std::getline(in, arg, '\0')) args.push_back(arg);
   if (args.empty()) throw Error("cannot read /proc/self/cmdline to start workers (is /proc mounted?)");
   return args;
+}
+
+/// The peak resident set of this process so far, in MiB (getrusage's ru_maxrss).
+inline double peak_rss_mb() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // Linux reports KiB
 }
 
 /// When this process started, in seconds since the Unix epoch (10 ms resolution, from /proc).

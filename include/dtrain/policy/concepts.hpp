@@ -12,7 +12,9 @@
 
 #include <dtrain/backend/gloo.hpp>
 #include <dtrain/policy/category.hpp>
-#include <dtrain/tracking/record.hpp>
+#include <dtrain/concept/checkpointer.hpp>
+#include <dtrain/concept/sampler.hpp>
+#include <dtrain/concept/tracker.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -41,26 +43,6 @@ concept BackendPolicy = PolicyOf<B, category::backend> && requires(typename B::c
   { c.allgather(t, t) } -> std::same_as<Work>;
   { c.reduce_scatter(t, t, reduce::sum) } -> std::same_as<Work>;
   c.barrier();
-};
-
-/// Sampler. Minimal complete definition: `static std::vector<std::int64_t> indices(std::int64_t n,
-/// int rank, int world_size, std::int64_t epoch)`.
-/// Laws: a pure function of its arguments (every rank computes every rank's share alike); every
-/// index is in [0, n).
-/// Models: sampler::distributed<>, sampler::sequential.
-template <class S>
-concept SamplerPolicy = PolicyOf<S, category::sampler> && requires(std::int64_t n, int r, std::int64_t e) {
-  { S::indices(n, r, r, e) } -> std::same_as<std::vector<std::int64_t>>;
-};
-
-/// Checkpointer. Minimal complete definition: `static constexpr bool persists`; optionally
-/// `asynchronous` (write on a background thread; false when absent).
-/// Laws: with persists, a checkpoint directory is complete (its manifest verifies) or absent, and
-/// retention never removes the latest or the best one.
-/// Models: checkpointer::directory<>, checkpointer::none.
-template <class C>
-concept CheckpointerPolicy = PolicyOf<C, category::checkpointer> && requires {
-  { C::persists } -> std::convertible_to<bool>;
 };
 
 /// Strategy. Minimal complete definition: a nested `template <class Communicator> class state`
@@ -92,18 +74,5 @@ concept PrecisionPolicy = PolicyOf<P, category::precision> && std::constructible
       s.autocast();
       s.backward(loss);
     };
-
-/// Tracker. Minimal complete definition: `static void start(const tracking::RunRecord&)`, called by
-/// the driver before the first worker starts (params, outcome "running"), and `static void
-/// end(const tracking::RunRecord&)`, called once the run finished or failed for good (outcome,
-/// checkpoint index, history, evaluations).
-/// Laws: neither throws for a run directory that is writable; end() may be called without a
-/// successful start() having been seen by a reader (a crash in between leaves outcome "running").
-/// Models: tracker::directory, tracker::mlflow<>, tracker::none.
-template <class T>
-concept TrackerPolicy = PolicyOf<T, category::tracker> && requires(const tracking::RunRecord& run) {
-  T::start(run);
-  T::end(run);
-};
 
 DTRAIN_NAMESPACE_END

@@ -146,10 +146,11 @@ struct set {
                 "dtrain/policy/concepts.hpp");
   static_assert(!valid || SamplerPolicy<sampler>,
                 "dtrain::Trainer: the Sampler policy lacks `static std::vector<std::int64_t> indices(n, "
-                "rank, world_size, epoch)`; see dtrain/policy/concepts.hpp");
+                "rank, world_size, epoch)`; see dtrain/concept/sampler.hpp");
   static_assert(!valid || CheckpointerPolicy<checkpointer>,
-                "dtrain::Trainer: the Checkpointer policy lacks `static constexpr bool persists`; see "
-                "dtrain/policy/concepts.hpp");
+                "dtrain::Trainer: the Checkpointer policy lacks a nested `state` with every member of "
+                "checkpointer::none::state (built from (const launch::Group&, const RunConfig&)); copy "
+                "checkpointer::none::state as the template, see dtrain/concept/checkpointer.hpp");
   static_assert(!valid || StrategyPolicy<strategy>,
                 "dtrain::Trainer: the Strategy policy lacks a nested `template <class Communicator> class "
                 "state` built from (torch::nn::Module&, Communicator&) with set_sync(bool); see "

@@ -17,14 +17,14 @@ struct directory {
   static constexpr const char* name = "directory";
 
   static void start(const tracking::RunRecord& run) {
-    tracking::write_json(run.path / tracking::files::params, run.params);
-    tracking::write_json(run.path / tracking::files::outcome, run.outcome);
+    tracking::write_json(run.directory().params(), run.params);
+    tracking::write_json(run.directory().outcome(), run.outcome);
   }
 
   static void end(const tracking::RunRecord& run) {
-    tracking::write_json(run.path / tracking::files::outcome, run.outcome);
-    if (!run.checkpoints.empty()) tracking::write_json(run.path / tracking::files::checkpoints, run.checkpoints);
-    tracking::write_atomically(run.path / tracking::files::report, tracking::render_report(run));
+    tracking::write_json(run.directory().outcome(), run.outcome);
+    if (!run.checkpoints.empty()) tracking::write_json(run.directory().checkpoint_index(), run.checkpoints);
+    tracking::write_atomically(run.directory().report(), tracking::render_report(run));
   }
 };
 

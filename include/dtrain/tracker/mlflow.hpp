@@ -29,6 +29,7 @@
 #include <vector>
 
 #include <dtrain/policy/category.hpp>
+#include <dtrain/run_directory.hpp>
 #include <dtrain/tracker/directory.hpp>
 #include <dtrain/tracking/record.hpp>
 
@@ -118,7 +119,7 @@ struct mlflow {
   static constexpr int experiment_id = ExperimentId;
 
   /// <run dir>/mlruns: what to give `mlflow ui --backend-store-uri`.
-  static std::filesystem::path store(const std::filesystem::path& run_dir) { return run_dir / "mlruns"; }
+  static std::filesystem::path store(const std::filesystem::path& run_dir) { return RunDirectory(run_dir).mlruns(); }
   /// This run's directory in the store.
   static std::filesystem::path run_directory(const tracking::RunRecord& run) {
     return store(run.path) / std::to_string(ExperimentId) /
@@ -185,11 +186,12 @@ struct mlflow {
     if (run.outcome.contains("error") && run.outcome.at("error").is_string())
       md::write_text(dir / "tags" / "mlflow.note.content", "failed: " + run.outcome.at("error").get<std::string>());
     // Artifacts: the run's own files, as they are now.
-    for (const char* f : {tracking::files::report, tracking::files::history_csv, tracking::files::params,
-                          tracking::files::outcome, tracking::files::checkpoints, tracking::files::evaluations}) {
+    const auto files = run.directory();
+    for (const auto& f : {files.report(), files.history_table(), files.params(), files.outcome(),
+                          files.checkpoint_index(), files.evaluations()}) {
       std::error_code ec;
-      if (std::filesystem::exists(run.path / f, ec))
-        std::filesystem::copy_file(run.path / f, dir / "artifacts" / f, std::filesystem::copy_options::overwrite_existing, ec);
+      if (std::filesystem::exists(f, ec))
+        std::filesystem::copy_file(f, dir / "artifacts" / f.filename(), std::filesystem::copy_options::overwrite_existing, ec);
     }
     const bool finished = run.outcome.value("status", "") == "finished";
     write_meta(run, finished ? md::run_status::finished : md::run_status::failed, md::ms(end_s));

@@ -1,16 +1,6 @@
 #pragma once
-// The run directory's tracking files, and RunRecord: everything a tracker writes from.
-//
-// storage_path/name/
-//   params.json        the run's parameters: policies, ScalingConfig, RunConfig (with
-//                      CheckpointConfig, FailureConfig) and the train_loop_config; written once
-//   metrics.jsonl      one JSON object per report() of rank 0 (iteration, epoch, step, timestamp
-//   metrics.csv        and every reported metric); the CSV is the same table, written at the end
-//   checkpoints.json   the index of checkpoints with their scores, the latest and the best
-//   evaluations.json   evaluations recorded with ctx.record_evaluation (metrics, confusion matrix)
-//   outcome.json       running / finished / failed (with the cause), restarts and their causes
-//   report.html        the self-contained HTML report (tracking/report.hpp)
-//   mlruns/            under tracker::mlflow<>: MLflow's file store (tracker/mlflow.hpp)
+// RunRecord, everything a tracker writes from, and the tracking files' JSON: params, checkpoint
+// index, evaluations (run_directory.hpp lists the run directory's files).
 //
 // docs/run-directory.md describes each file's fields for readers in other languages.
 
@@ -28,26 +18,18 @@
 
 #include <nlohmann/json.hpp>
 
-#include <dtrain/checkpointer/directory.hpp>
+#include <dtrain/checkpointer/checkpoint.hpp>
+#include <dtrain/checkpointer/retention.hpp>
 #include <dtrain/config.hpp>
 #include <dtrain/error.hpp>
 #include <dtrain/metrics.hpp>
 #include <dtrain/result.hpp>
+#include <dtrain/run_directory.hpp>
 #include <dtrain/version.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
 namespace tracking {
-
-namespace files {
-inline constexpr const char* params = "params.json";
-inline constexpr const char* history = "metrics.jsonl";
-inline constexpr const char* history_csv = "metrics.csv";
-inline constexpr const char* checkpoints = "checkpoints.json";
-inline constexpr const char* evaluations = "evaluations.json";
-inline constexpr const char* outcome = "outcome.json";
-inline constexpr const char* report = "report.html";
-}  // namespace files
 
 /// The format version written into params.json, outcome.json, checkpoints.json and
 /// evaluations.json ("format": 1); a reader checks it before reading further.
@@ -94,8 +76,8 @@ inline nlohmann::json evaluation_json(const std::string& name, const Metrics& me
 }
 
 /// Adds `evaluation` to run_dir/evaluations.json, replacing an earlier one of the same name.
-inline void record_evaluation(const std::filesystem::path& run_dir, const nlohmann::json& evaluation) {
-  auto doc = read_json(run_dir / files::evaluations, {{"format", format_version}, {"evaluations", nlohmann::json::array()}});
+inline void record_evaluation(const RunDirectory& run_dir, const nlohmann::json& evaluation) {
+  auto doc = read_json(run_dir.evaluations(), {{"format", format_version}, {"evaluations", nlohmann::json::array()}});
   auto& list = doc["evaluations"];
   for (auto it = list.begin(); it != list.end(); ++it)
     if ((*it).value("name", "") == evaluation.at("name").get<std::string>()) {
@@ -103,7 +85,7 @@ inline void record_evaluation(const std::filesystem::path& run_dir, const nlohma
       break;
     }
   list.push_back(evaluation);
-  write_json(run_dir / files::evaluations, doc);
+  write_json(run_dir.evaluations(), doc);
 }
 
 /// A run as a tracker sees it: the run directory's files, read back into memory. The driver
@@ -118,17 +100,19 @@ struct RunRecord {
 
   /// The run's name (the run directory's last component).
   std::string name() const { return path.filename().string(); }
+  RunDirectory directory() const { return RunDirectory(path); }
 
   /// Reads a run directory back (for a report rendered again, or a test). Missing files give
   /// empty parts; a file that is not JSON throws Error naming it.
   static RunRecord read(const std::filesystem::path& run_dir) {
     RunRecord r;
     r.path = run_dir;
-    r.params = read_json(run_dir / files::params, nlohmann::json::object());
-    r.history = MetricsHistory::read_jsonl(run_dir / files::history);
-    r.checkpoints = read_json(run_dir / files::checkpoints, nlohmann::json::object());
-    r.evaluations = read_json(run_dir / files::evaluations, nlohmann::json::object()).value("evaluations", nlohmann::json::array());
-    r.outcome = read_json(run_dir / files::outcome, nlohmann::json::object());
+    const RunDirectory dir(run_dir);
+    r.params = read_json(dir.params(), nlohmann::json::object());
+    r.history = MetricsHistory::read_jsonl(dir.history());
+    r.checkpoints = read_json(dir.checkpoint_index(), nlohmann::json::object());
+    r.evaluations = read_json(dir.evaluations(), nlohmann::json::object()).value("evaluations", nlohmann::json::array());
+    r.outcome = read_json(dir.outcome(), nlohmann::json::object());
     return r;
   }
 };
@@ -177,7 +161,8 @@ nlohmann::json params_json(const ScalingConfig& scaling, const RunConfig& run) {
         {"strategy", policy_json<typename Policies::strategy>()},
         {"precision", policy_json<typename Policies::precision>()},
         {"tracker", policy_json<typename Policies::tracker>()}}},
-      {"scaling", {{"num_workers", scaling.num_workers}, {"threads_per_worker", scaling.threads_per_worker}}},
+      {"scaling", {{"num_workers", scaling.num_workers}, {"threads_per_worker", scaling.threads_per_worker},
+                   {"use_gpu", bool(Policies::backend::uses_cuda)}}},
       {"run",
        {{"storage_path", run.storage_path.string()},
         {"name", run.name},
@@ -196,11 +181,10 @@ nlohmann::json params_json(const ScalingConfig& scaling, const RunConfig& run) {
   };
 }
 
-/// checkpoints.json: every checkpoint under `run_dir` whose manifest verifies, newest first, with
-/// its score by `config`, and which one is the latest and which the best.
-inline nlohmann::json checkpoint_index(const std::filesystem::path& run_dir, const CheckpointConfig& config) {
+/// checkpoints.json: the valid checkpoints (checkpointer::all_valid, newest first), each with its
+/// score by `config`, and which one is the latest and which the best.
+inline nlohmann::json checkpoint_index(const std::vector<checkpointer::Checkpoint>& valid, const CheckpointConfig& config) {
   nlohmann::json list = nlohmann::json::array();
-  const auto valid = checkpointer::all_valid(run_dir);
   const auto best = checkpointer::best_of(valid, config);
   const std::string latest_name = valid.empty() ? "" : valid.front().path().filename().string();
   for (const auto& c : valid) {

@@ -324,7 +324,7 @@ inline std::string render_report(const RunRecord& run) {
 
 /// Renders run_dir's files into run_dir/report.html; returns its path.
 inline std::filesystem::path write_report(const std::filesystem::path& run_dir) {
-  const auto path = run_dir / files::report;
+  const auto path = RunDirectory(run_dir).report();
   write_atomically(path, render_report(RunRecord::read(run_dir)));
   return path;
 }

@@ -1,0 +1,34 @@
+#pragma once
+// The Sampler concept: which sample indices each rank sees, epoch by epoch.
+
+#include <concepts>
+#include <cstdint>
+#include <vector>
+
+#include <dtrain/policy/category.hpp>
+
+DTRAIN_NAMESPACE_BEGIN
+
+/// Sampler.
+///
+/// Minimal complete definition: `using category = dtrain::category::sampler;` and
+/// `static std::vector<std::int64_t> indices(std::int64_t n, int rank, int world_size,
+/// std::int64_t epoch)`, the indices of a dataset of `n` samples that rank `rank` visits in
+/// `epoch`, in visiting order. A sampler is passed as a value where one is chosen per call:
+/// `ctx.shard(split, global_batch, dtrain::sampler::sequential{})`.
+///
+/// Optional members: none.
+///
+/// Laws (checked by tests/laws/sampler.hpp for every model):
+/// - a pure function of its arguments: every rank computes every rank's share alike, every run;
+/// - every index is in [0, n);
+/// - cover: over the ranks of one epoch, every index appears (at least once where the sampler pads
+///   the tail, exactly once where it drops it or the world size divides n).
+///
+/// Models: sampler::distributed<Seed, Shuffle, Tail>, sampler::sequential.
+template <class S>
+concept SamplerPolicy = PolicyOf<S, category::sampler> && requires(std::int64_t n, int r, std::int64_t e) {
+  { S::indices(n, r, r, e) } -> std::same_as<std::vector<std::int64_t>>;
+};
+
+DTRAIN_NAMESPACE_END

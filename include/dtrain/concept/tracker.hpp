@@ -1,0 +1,30 @@
+#pragma once
+// The Tracker concept: what is recorded about a run besides its metrics history.
+
+#include <dtrain/policy/category.hpp>
+#include <dtrain/tracking/record.hpp>
+
+DTRAIN_NAMESPACE_BEGIN
+
+/// Tracker.
+///
+/// Minimal complete definition: `using category = dtrain::category::tracker;`,
+/// `static void start(const tracking::RunRecord&)`, called by the driver before the first worker
+/// starts (params, outcome "running"), and `static void end(const tracking::RunRecord&)`, called
+/// once the run finished or failed for good (outcome, checkpoint index, history, evaluations).
+///
+/// Optional members: none.
+///
+/// Laws (checked by tests/laws/tracker.hpp for every model):
+/// - neither throws for a run directory that is writable;
+/// - start before end, end exactly once, and nothing written after end;
+/// - end() may follow a start() no reader saw (a crash in between leaves outcome "running").
+///
+/// Models: tracker::directory, tracker::mlflow<>, tracker::none.
+template <class T>
+concept TrackerPolicy = PolicyOf<T, category::tracker> && requires(const tracking::RunRecord& run) {
+  T::start(run);
+  T::end(run);
+};
+
+DTRAIN_NAMESPACE_END

@@ -1,0 +1,129 @@
+#pragma once
+// The group protocol over the rendezvous store: store-based barriers that fail fast when a peer
+// failed or left the loop, rank 0's decisions published to every rank, and the finish handshake
+// that checks every rank reported equally often.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <thread>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <dtrain/error.hpp>
+#include <dtrain/launch/environment.hpp>
+#include <dtrain/launch/rendezvous.hpp>
+
+DTRAIN_NAMESPACE_BEGIN
+
+namespace launch {
+
+/// One worker's view of its group: who it is, the store every rank shares, and how long a wait
+/// may last. Every key is scoped to the group's attempt, so a restarted group starts clean.
+///
+/// Cross-rank invariant: every rank calls arrive() with the same names in the same order; a rank
+/// that leaves the train loop publishes how many report() calls it made (finish()), which is how
+/// the others tell "left early" from "slow".
+class Group {
+ public:
+  Group(const WorkerIdentity& who, c10::intrusive_ptr<c10d::Store> store, std::chrono::milliseconds timeout)
+      : who_(who), store_(std::move(store)), timeout_(timeout) {}
+
+  const WorkerIdentity& identity() const { return who_; }
+  int rank() const { return who_.rank; }
+  int size() const { return who_.world_size; }
+  c10d::Store& store() const { return *store_; }
+  const c10::intrusive_ptr<c10d::Store>& store_ptr() const { return store_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  /// The store key `name` of this group's attempt.
+  std::string key(const std::string& name) const { return launch::key(who_.attempt, name); }
+
+  /// A barrier named `name` (`what` in errors): waits until every rank arrived, failing fast when
+  /// a rank failed, or left the loop after fewer than `reports` report() calls (a barrier at the
+  /// end of the loop, `finishing`, only watches for failures).
+  void arrive(const std::string& name, const std::string& what, std::int64_t reports, bool finishing = false) const {
+    const auto k = key(name);
+    store_->add(k, 1);
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    auto pause = std::chrono::microseconds(20);
+    while (store_->add(k, 0) < who_.world_size) {
+      if (finishing) check_errors(what);
+      else check_peers(what, reports);
+      if (std::chrono::steady_clock::now() > deadline)
+        throw WorkerError("rank " + std::to_string(who_.rank) + " waited " + std::to_string(timeout_.count()) +
+                          " ms at " + what + " for the other ranks; one of them hangs or skipped it");
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(5000));
+    }
+  }
+
+  /// Throws when another rank of the group recorded a failure.
+  void check_errors(const std::string& what) const {
+    if (store_->add(key("errors"), 0) > 0)
+      throw WorkerError("another rank failed while rank " + std::to_string(who_.rank) + " waited at " + what);
+  }
+
+  /// Throws when waiting at `what` cannot end: a rank failed, or returned from the train loop
+  /// with fewer than `reports` report() calls (a negative `reports`: returned at all).
+  void check_peers(const std::string& what, std::int64_t reports = -1) const {
+    check_errors(what);
+    for (int r = 0; r < who_.world_size; ++r) {
+      const auto fk = key(finished_key(r));
+      if (r == who_.rank || !store_->check({fk})) continue;
+      const auto n = std::stoll(to_string(store_->get(fk)));
+      if (reports < 0 || n < reports)
+        throw WorkerError("rank " + std::to_string(r) + " returned from the train loop after " + std::to_string(n) +
+                          " report() calls while rank " + std::to_string(who_.rank) + " waits at " + what +
+                          "; every rank must make the same report() calls and collectives");
+    }
+  }
+
+  /// Rank 0 computes `choose()` and publishes it under `name`; every rank (rank 0 too) returns it.
+  /// When choose() throws on rank 0, rank 0 rethrows and the others throw ConfigError with its
+  /// message, instead of waiting for an answer that never comes.
+  template <class Choose>
+  std::string decide(const std::string& name, Choose&& choose) const {
+    if (who_.rank == 0) {
+      std::string answer;
+      try {
+        answer = choose();
+      } catch (const std::exception& e) {
+        store_->set(key(name), to_bytes(std::string("!") + e.what()));
+        throw;
+      }
+      store_->set(key(name), to_bytes(answer));
+      return answer;
+    }
+    const auto answer = to_string(store_->get(key(name)));  // waits up to the store's timeout
+    if (!answer.empty() && answer[0] == '!')
+      throw ConfigError("rank 0 could not decide " + name + ": " + answer.substr(1));
+    return answer;
+  }
+
+  /// The end of the train loop: publishes this rank's report() count, waits for every rank, and
+  /// throws WorkerError when the counts differ.
+  void finish(std::int64_t reports) const {
+    store_->set(key(finished_key(who_.rank)), to_bytes(std::to_string(reports)));
+    arrive("finished", "the end of the train loop", reports, /*finishing=*/true);
+    for (int r = 0; r < who_.world_size; ++r) {
+      const auto n = std::stoll(to_string(store_->get(key(finished_key(r)))));
+      if (n != reports)
+        throw WorkerError("rank " + std::to_string(r) + " called report() " + std::to_string(n) + " times and rank " +
+                          std::to_string(who_.rank) + " " + std::to_string(reports) +
+                          " times; every rank must call report() equally often");
+    }
+  }
+
+ private:
+  static std::string finished_key(int rank) { return "finished/" + std::to_string(rank); }
+
+  WorkerIdentity who_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace launch
+
+DTRAIN_NAMESPACE_END

@@ -1,0 +1,109 @@
+#pragma once
+// RunDirectory: every path of a run, in one place. storage_path/name/ holds
+//
+//   checkpoint_NNNNNN/   one per kept checkpoint (checkpointer/checkpoint.hpp has the layout);
+//                        NNNNNN is the report iteration, zero-padded
+//   .tmp_checkpoint_NNNNNN/  a checkpoint being written (renamed into place when complete)
+//   checkpoint_stats.json    how long checkpoints held up training (the last group's)
+//   params.json        the run's parameters: policies, ScalingConfig, RunConfig, train_loop_config
+//   metrics.jsonl      one JSON object per report() of rank 0
+//   metrics.csv        the same table as CSV, written when the loop ends
+//   checkpoints.json   the index of valid checkpoints with their scores, the latest and the best
+//   evaluations.json   evaluations recorded with ctx.record_evaluation
+//   outcome.json       running / finished / failed (with the cause), restarts and their causes
+//   report.html        the self-contained HTML report
+//   mlruns/            under tracker::mlflow<>: MLflow's file store
+//
+// docs/run-directory.md describes each file's fields for readers in other languages.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <dtrain/error.hpp>
+
+DTRAIN_NAMESPACE_BEGIN
+
+class RunDirectory {
+ public:
+  RunDirectory() = default;
+  explicit RunDirectory(std::filesystem::path root) : root_(std::move(root)) {}
+
+  const std::filesystem::path& path() const { return root_; }
+
+  /// Creates the directory (and its parents); a path that cannot be one is a ConfigError naming it.
+  void create() const {
+    std::error_code ec;
+    std::filesystem::create_directories(root_, ec);
+    if (ec || !std::filesystem::is_directory(root_))
+      throw ConfigError(root_.string() + ": the run directory cannot be created (" +
+                        (ec ? ec.message() : std::string("a file of that name is in the way")) +
+                        "); choose a RunConfig::storage_path that is a writable directory");
+  }
+
+  /// @name The run's files
+  /// @{
+  std::filesystem::path params() const { return root_ / "params.json"; }
+  std::filesystem::path history() const { return root_ / "metrics.jsonl"; }
+  std::filesystem::path history_table() const { return root_ / "metrics.csv"; }
+  std::filesystem::path checkpoint_index() const { return root_ / "checkpoints.json"; }
+  std::filesystem::path checkpoint_stats() const { return root_ / "checkpoint_stats.json"; }
+  std::filesystem::path evaluations() const { return root_ / "evaluations.json"; }
+  std::filesystem::path outcome() const { return root_ / "outcome.json"; }
+  std::filesystem::path report() const { return root_ / "report.html"; }
+  std::filesystem::path mlruns() const { return root_ / "mlruns"; }
+  /// @}
+
+  /// @name Checkpoint directories
+  /// @{
+  /// "checkpoint_000042" for iteration 42.
+  static std::string checkpoint_name(std::int64_t iteration) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "checkpoint_%06lld", static_cast<long long>(iteration));
+    return buf;
+  }
+  /// The iteration a "checkpoint_NNNNNN" directory name stands for, or nothing for other names.
+  static std::optional<std::int64_t> iteration_of(std::string_view dir_name) {
+    static constexpr std::string_view prefix = "checkpoint_";
+    if (dir_name.size() <= prefix.size() || dir_name.substr(0, prefix.size()) != prefix) return std::nullopt;
+    const auto digits = dir_name.substr(prefix.size());
+    if (digits.find_first_not_of("0123456789") != std::string_view::npos || digits.size() > 18) return std::nullopt;
+    return std::stoll(std::string(digits));
+  }
+  std::filesystem::path checkpoint(std::int64_t iteration) const { return root_ / checkpoint_name(iteration); }
+  std::filesystem::path temporary_checkpoint(std::int64_t iteration) const {
+    return root_ / (temporary_prefix + checkpoint_name(iteration));
+  }
+
+  /// The checkpoint directories, newest first by iteration (not verified).
+  std::vector<std::pair<std::int64_t, std::filesystem::path>> checkpoints() const {
+    std::vector<std::pair<std::int64_t, std::filesystem::path>> out;
+    std::error_code ec;
+    if (!std::filesystem::is_directory(root_, ec)) return out;
+    for (const auto& e : std::filesystem::directory_iterator(root_, ec))
+      if (auto it = iteration_of(e.path().filename().string()); it && e.is_directory(ec)) out.emplace_back(*it, e.path());
+    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    return out;
+  }
+
+  /// Removes what a write cut short left behind (.tmp_checkpoint_* directories).
+  void remove_unfinished_checkpoints() const {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(root_, ec))
+      if (e.path().filename().string().rfind(temporary_prefix, 0) == 0) std::filesystem::remove_all(e.path(), ec);
+  }
+  /// @}
+
+ private:
+  static constexpr const char* temporary_prefix = ".tmp_";
+  std::filesystem::path root_;
+};
+
+DTRAIN_NAMESPACE_END

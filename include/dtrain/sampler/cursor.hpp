@@ -1,0 +1,74 @@
+#pragma once
+// EpochCursor: where a rank's train loop is in its epochs, and where a checkpoint resumes it.
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+
+#include <dtrain/version.hpp>
+
+DTRAIN_NAMESPACE_BEGIN
+
+namespace sampler {
+
+/// The current epoch, the batches of the Trainer's Sampler handed out in it (the position a
+/// checkpoint saves), and a pending resume: the first shard of the resumed epoch skips the batches
+/// the checkpoint's epoch had consumed already. Shards with another Sampler do not move it.
+class EpochCursor {
+ public:
+  /// Resumes at `epoch`, `position` batches into it.
+  void resume(std::int64_t epoch, std::int64_t position) {
+    first_epoch_ = epoch_ = epoch;
+    resume_position_ = position_ = position;
+    skip_pending_ = position > 0;
+  }
+
+  /// The epoch ctx.epochs(n) starts at: 0, or the resumed one.
+  std::int64_t first_epoch() const { return first_epoch_; }
+  std::int64_t epoch() const { return epoch_; }
+  /// Batches of the Trainer's Sampler handed out so far in this epoch.
+  std::int64_t position() const { return position_; }
+  /// Batches of the Trainer's Sampler in this epoch (0 before its first shard).
+  std::int64_t epoch_batches() const { return epoch_batches_; }
+
+  /// Epoch `e` begins: the resumed epoch keeps its position, any other starts at 0.
+  void begin_epoch(std::int64_t e) {
+    epoch_ = e;
+    epoch_batches_ = 0;
+    if (skip_pending_ && e == first_epoch_) {
+      position_ = resume_position_;
+    } else {
+      skip_pending_ = false;
+      position_ = 0;
+    }
+  }
+
+  /// A shard of the Trainer's Sampler with `n_batches` batches begins; returns how many of its
+  /// first batches to skip (the resumed position, once).
+  std::int64_t begin_shard(std::int64_t n_batches) {
+    epoch_batches_ = n_batches;
+    std::int64_t skip = 0;
+    if (skip_pending_) skip = std::min(position_, n_batches);
+    else position_ = 0;
+    skip_pending_ = false;
+    return skip;
+  }
+
+  /// Batch `index` of the current shard was handed to the loop.
+  void reached(std::int64_t index) { position_ = index + 1; }
+
+  /// Where a checkpoint taken now resumes: (epoch, position); after an epoch's last batch, the
+  /// next epoch's first.
+  std::pair<std::int64_t, std::int64_t> resume_point() const {
+    if (epoch_batches_ > 0 && position_ >= epoch_batches_) return {epoch_ + 1, 0};
+    return {epoch_, position_};
+  }
+
+ private:
+  std::int64_t first_epoch_ = 0, epoch_ = 0, position_ = 0, epoch_batches_ = 0, resume_position_ = 0;
+  bool skip_pending_ = false;
+};
+
+}  // namespace sampler
+
+DTRAIN_NAMESPACE_END

@@ -1,0 +1,84 @@
+#pragma once
+// ProgressMeter: the counts rank 0's progress line shows (steps, samples, rates since the group's
+// first step, the last loss), and when to draw it.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include <torch/types.h>
+
+#include <dtrain/config.hpp>
+#include <dtrain/tracking/progress.hpp>
+
+DTRAIN_NAMESPACE_BEGIN
+
+namespace tracking {
+
+class ProgressMeter {
+  using clock = std::chrono::steady_clock;
+
+ public:
+  /// Draws only on rank 0 (`enabled`), and only when the configured verbosity asks for it.
+  ProgressMeter(const ProgressConfig& config, bool enabled) : progress_(config, enabled) {}
+
+  bool enabled() const { return progress_.enabled(); }
+  bool verbose() const { return progress_.verbose(); }
+
+  /// The loss of this step; read only when a line is drawn.
+  void on_backward(const torch::Tensor& loss) {
+    if (enabled()) last_loss_ = loss.detach();
+  }
+  /// Samples the whole group trained (the Trainer's Sampler's batches times the world size).
+  void add_samples(std::int64_t n) { samples_ += n; }
+  void set_epochs(std::int64_t n) { epochs_ = n; }
+  /// The optimizer steps the line counts towards, when the loop stops before its epochs end.
+  void set_total_steps(std::int64_t n) { total_steps_ = n; }
+
+  /// After optimizer step number `steps` (counting a resumed run's) in `epoch` of `epoch_batches`
+  /// batches: draws the line when one is due. Rates need two steps of this group.
+  void on_step(std::int64_t steps, std::int64_t epoch, std::int64_t epoch_batches) {
+    if (first_step_ == clock::time_point{}) {
+      first_step_ = clock::now();
+      steps_at_first_ = steps - 1;
+      samples_at_first_ = samples_;
+    }
+    if (steps - steps_at_first_ >= 2 && progress_.due()) draw(steps, epoch, epoch_batches);
+  }
+
+  /// A line of its own (a report, an evaluation) under Verbosity::verbose.
+  void note(const std::string& line) {
+    if (verbose()) progress_.note(line);
+  }
+
+  /// The loop ended: the final count, then the line is closed.
+  void close(std::int64_t steps, std::int64_t epoch, std::int64_t epoch_batches) {
+    if (enabled() && first_step_ != clock::time_point{} && steps > steps_at_first_) draw(steps, epoch, epoch_batches);
+    progress_.close();
+  }
+
+ private:
+  void draw(std::int64_t steps, std::int64_t epoch, std::int64_t epoch_batches) {
+    ProgressSnapshot p;
+    p.epoch = epoch;
+    p.epochs = epochs_;
+    p.step = steps;
+    p.total_steps = total_steps_ > 0 ? total_steps_ : epochs_ * epoch_batches;
+    const double elapsed = std::chrono::duration<double>(clock::now() - first_step_).count();
+    if (elapsed > 0) {
+      p.steps_per_s = static_cast<double>(steps - steps_at_first_) / elapsed;
+      p.samples_per_s = static_cast<double>(samples_ - samples_at_first_) / elapsed;
+    }
+    if (last_loss_.defined()) p.loss = last_loss_.item<double>();
+    progress_.draw(p);
+  }
+
+  Progress progress_;
+  torch::Tensor last_loss_;
+  std::int64_t epochs_ = 0, total_steps_ = 0, samples_ = 0, steps_at_first_ = 0, samples_at_first_ = 0;
+  clock::time_point first_step_{};
+};
+
+}  // namespace tracking
+
+DTRAIN_NAMESPACE_END
