@@ -8,6 +8,8 @@
 
 #include <dtrain/dtrain.hpp>
 
+#include "crashing_checkpointer.hpp"
+
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
@@ -40,7 +42,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--score") a.score = v;
     else if (f == "--order") a.order = v;
     else if (f == "--resume-from") a.resume_from = v;
-    else if (f == "--fault-iteration") ::setenv("DTRAIN_FAULT_CHECKPOINT_WRITE", v.c_str(), 1);
+    else if (f == "--fault-iteration") dtrain_test::crash_at_iteration = std::stoll(v);
     else if (f == "--out") a.out = v;
     else if (f == "--batch") a.batch = std::stoll(v);
     else if (f == "--tag") {}  // only marks the processes
@@ -63,8 +65,8 @@ torch::nn::Sequential small_model() {
   return Sequential(Linear(20, 32), Tanh(), Dropout(0.2), Linear(32, 32), Tanh(), Linear(32, 10));
 }
 
-using Trainer = dtrain::Trainer<torch::nn::Sequential, dtrain::data::TensorDataset,
-                                dtrain::checkpointer::directory<>>;
+// checkpointer::directory<>, with a crash in the middle of one write when --fault-iteration asks.
+using Trainer = dtrain::Trainer<torch::nn::Sequential, dtrain::data::TensorDataset, dtrain_test::crashing_directory>;
 
 }  // namespace
 
@@ -85,7 +87,7 @@ int main(int argc, char** argv) try {
     auto model = ctx.prepare_model(small_model());
     torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
     if (auto ck = ctx.get_checkpoint()) {
-      ck->restore(model, sgd);
+      ctx.restore(*ck, model, sgd);
       if (ctx.world_rank() == 0)
         std::cerr << "RESUMED " << ck->path().string() << " steps=" << ck->steps() << std::endl;
     }

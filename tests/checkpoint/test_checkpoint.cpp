@@ -330,7 +330,7 @@ TEST_CASE("the run directory records restarts and failures: outcome.json, checkp
   const auto resumed_steps = std::stoll(field(r.output.substr(resumed), "steps"));
   CHECK(outcome["failures"][0]["resumed_step"] == resumed_steps);
   CHECK(outcome["failures"][0]["resumed_iteration"] == resumed_steps / 5);
-  CHECK(resumed_dir.find(dtrain::checkpointer::directory_name(resumed_steps / 5)) != std::string::npos);
+  CHECK(resumed_dir.find(dtrain::RunDirectory::checkpoint_name(resumed_steps / 5)) != std::string::npos);
   CHECK(outcome["end_time"].get<double>() >= outcome["failures"][0]["time"].get<double>());
   // The index: the latest, and the best by score ((steps * 7) % 11 is highest, 10, at step 25).
   const auto index = read(box.run("restarted") / "checkpoints.json");

@@ -146,7 +146,7 @@ int run_sharded(const Args& a) {
       if (step == a.steps) break;  // before the next epoch starts (and resets the position)
     }
     const double state_bytes = ctx.all_reduce(static_cast<double>(ctx.model_state_bytes(model, adam)), dtrain::reduce::max);
-    const double rss = ctx.all_reduce(dtrain::detail::peak_rss_mb(), dtrain::reduce::max);
+    const double rss = ctx.all_reduce(dtrain::launch::peak_rss_mb(), dtrain::reduce::max);
     std::int64_t n_params = 0;
     const auto full = ctx.full_state(model);  // a collective under fsdp<>: every rank calls it
     if (ctx.world_rank() == 0) {

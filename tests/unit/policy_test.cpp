@@ -32,9 +32,12 @@ struct no_category {};
 struct foreign_category {
   using category = int;
 };
+// A checkpointer of one's own, started from the template checkpointer::none::state spells out.
 struct user_checkpointer {
   using category = dtrain::category::checkpointer;
-  static constexpr bool persists = true;
+  struct state : dtrain::checkpointer::none::state {
+    using dtrain::checkpointer::none::state::state;
+  };
 };
 
 using shuffled_drop = d::sampler::distributed<7, true, d::sampler::tail::drop>;

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <torch/types.h>
@@ -19,8 +20,10 @@ class ProgressMeter {
   using clock = std::chrono::steady_clock;
 
  public:
-  /// Draws only on rank 0 (`enabled`), and only when the configured verbosity asks for it.
-  ProgressMeter(const ProgressConfig& config, bool enabled) : progress_(config, enabled) {}
+  /// Draws only on rank 0 (`enabled`), and only when the configured verbosity asks for it, on
+  /// `fd` (stderr; `terminal` as Progress takes it).
+  ProgressMeter(const ProgressConfig& config, bool enabled, int fd = 2, std::optional<bool> terminal = std::nullopt)
+      : progress_(config, enabled, fd, terminal) {}
 
   bool enabled() const { return progress_.enabled(); }
   bool verbose() const { return progress_.verbose(); }

@@ -1,0 +1,202 @@
+// The parts the worker context is built from: the group protocol, the epoch cursor, the run
+// directory, the prepared-model registry, the progress meter, the shard view with a first batch
+// and an observer; and the Checkpointer laws for every checkpointer.
+
+#include "support.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/torch.h>
+
+#include <dtrain/dtrain.hpp>
+
+#include "../laws/checkpointer.hpp"
+
+namespace d = dtrain;
+using dtrain_test::TempDir;
+using dtrain_laws::group_of;
+using dtrain_laws::on_ranks;
+
+TEST_CASE("Group: a barrier waits for every rank and names what it waited at", "[context][group]") {
+  const auto store = c10::make_intrusive<c10d::HashStore>();
+  auto g = group_of(3, 0, store);
+  std::atomic<int> passed{0};
+  on_ranks(3, [&](int r) {
+    g[static_cast<std::size_t>(r)].arrive("report/1", "report() call 1", 1);
+    ++passed;
+  });
+  CHECK(passed == 3);
+}
+
+TEST_CASE("Group: a rank that left the loop with fewer reports fails the others' barrier at once", "[context][group]") {
+  const auto store = c10::make_intrusive<c10d::HashStore>();
+  auto g = group_of(2, 0, store);
+  std::string error, rank1_error;
+  on_ranks(2, [&](int r) {
+    if (r == 1) {
+      // Left after 0 reports; its finish waits for rank 0, whose failure then ends the wait.
+      try {
+        g[1].finish(0);
+      } catch (const d::WorkerError& e) {
+        rank1_error = e.what();
+      }
+      return;
+    }
+    try {
+      g[0].arrive("report/1", "report() call 1", 1);
+    } catch (const d::WorkerError& e) {
+      error = e.what();
+      store->add(g[0].key("errors"), 1);  // as a failed worker records it, which ends rank 1's wait
+    }
+  });
+  CHECK_THAT(error, Catch::Contains("rank 1 returned from the train loop after 0 report() calls") &&
+                        Catch::Contains("report() call 1"));
+  CHECK_THAT(rank1_error, Catch::Contains("another rank failed"));
+}
+
+TEST_CASE("Group: finish compares every rank's report count", "[context][group]") {
+  const auto store = c10::make_intrusive<c10d::HashStore>();
+  auto g = group_of(2, 0, store);
+  std::vector<std::string> errors(2);
+  on_ranks(2, [&](int r) {
+    try {
+      g[static_cast<std::size_t>(r)].finish(r == 0 ? 2 : 3);
+    } catch (const d::WorkerError& e) {
+      errors[static_cast<std::size_t>(r)] = e.what();
+    }
+  });
+  CHECK_THAT(errors[0], Catch::Contains("rank 1 called report() 3 times and rank 0 2 times"));
+  CHECK_THAT(errors[1], Catch::Contains("every rank must call report() equally often"));
+}
+
+TEST_CASE("Group: rank 0 decides for every rank, and its error reaches them", "[context][group]") {
+  const auto store = c10::make_intrusive<c10d::HashStore>();
+  auto g = group_of(3, 0, store);
+  std::vector<std::string> answers(3);
+  on_ranks(3, [&](int r) { answers[static_cast<std::size_t>(r)] = g[static_cast<std::size_t>(r)].decide("x", [] { return std::string("42"); }); });
+  CHECK(answers == std::vector<std::string>{"42", "42", "42"});
+  std::vector<std::string> errors(3);
+  on_ranks(3, [&](int r) {
+    try {
+      g[static_cast<std::size_t>(r)].decide("y", []() -> std::string { throw d::ConfigError("no disk"); });
+    } catch (const d::Error& e) {
+      errors[static_cast<std::size_t>(r)] = e.what();
+    }
+  });
+  CHECK(errors[0] == "no disk");
+  CHECK_THAT(errors[2], Catch::Contains("rank 0 could not decide y: no disk"));
+}
+
+TEST_CASE("EpochCursor: a resumed epoch skips its trained batches once, and rolls over at its end", "[context][cursor]") {
+  d::sampler::EpochCursor c;
+  c.resume(2, 3);
+  CHECK(c.first_epoch() == 2);
+  c.begin_epoch(2);
+  CHECK(c.begin_shard(10) == 3);  // the resumed shard skips 3
+  c.reached(3);
+  CHECK(c.position() == 4);
+  CHECK(c.resume_point() == std::pair<std::int64_t, std::int64_t>{2, 4});
+  CHECK(c.begin_shard(10) == 0);  // a second shard in the same epoch starts over
+  c.reached(9);
+  CHECK(c.resume_point() == std::pair<std::int64_t, std::int64_t>{3, 0});  // after the last batch
+  c.begin_epoch(3);
+  CHECK(c.position() == 0);
+  CHECK(c.begin_shard(10) == 0);
+}
+
+TEST_CASE("RunDirectory: names, the checkpoint listing newest first, and a path that cannot be one", "[context][run_directory]") {
+  TempDir tmp;
+  const d::RunDirectory dir(tmp / "run");
+  dir.create();
+  CHECK(d::RunDirectory::checkpoint_name(42) == "checkpoint_000042");
+  CHECK(d::RunDirectory::iteration_of("checkpoint_000042") == 42);
+  CHECK_FALSE(d::RunDirectory::iteration_of("checkpoint_x"));
+  CHECK_FALSE(d::RunDirectory::iteration_of(".tmp_checkpoint_000001"));
+  for (int i : {2, 10, 1}) std::filesystem::create_directories(dir.checkpoint(i));
+  std::filesystem::create_directories(dir.temporary_checkpoint(11));
+  std::vector<std::int64_t> order;
+  for (const auto& [it, p] : dir.checkpoints()) order.push_back(it);
+  CHECK(order == std::vector<std::int64_t>{10, 2, 1});
+  dir.remove_unfinished_checkpoints();
+  CHECK_FALSE(std::filesystem::exists(dir.temporary_checkpoint(11)));
+  CHECK(dir.history() == tmp / "run" / "metrics.jsonl");
+  std::ofstream(tmp / "file") << "x";
+  CHECK_THROWS_WITH(d::RunDirectory(tmp / "file").create(),
+                    Catch::Contains("cannot be created") && Catch::Contains("RunConfig::storage_path"));
+}
+
+namespace {
+struct counting_state {
+  int syncs_off = 0;
+  counting_state(torch::nn::Module&, int&) {}
+  void set_sync(bool on) { syncs_off += on ? 0 : 1; }
+};
+}  // namespace
+
+TEST_CASE("PreparedModels: finds the state of a prepared model and names the call for any other", "[context][models]") {
+  d::PreparedModels<counting_state> models;
+  torch::nn::Linear a(2, 2), b(2, 2);
+  int comm = 0;
+  models.add(*a, comm);
+  CHECK(models.find(a) == &models.at(0));
+  CHECK(models.find(b) == nullptr);
+  CHECK_THROWS_WITH(models.of(b, "ctx.forward(model, ...)"),
+                    Catch::Contains("ctx.forward(model, ...)") && Catch::Contains("ctx.prepare_model"));
+  torch::optim::SGD sgd(a->parameters(), 0.1);
+  CHECK(models.first_sight(sgd));
+  CHECK_FALSE(models.first_sight(sgd));
+}
+
+TEST_CASE("ProgressMeter: rates from the group's first step, drawn when due, and a final line", "[context][progress]") {
+  TempDir tmp;
+  const auto path = tmp / "progress.txt";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  REQUIRE(fd >= 0);
+  {
+    d::ProgressConfig config;
+    config.interval = std::chrono::milliseconds(1);
+    d::tracking::ProgressMeter meter(config, true, fd, /*terminal=*/false);
+    meter.set_epochs(2);
+    meter.on_backward(torch::tensor(0.5));
+    for (int s = 1; s <= 3; ++s) {
+      meter.add_samples(64);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      meter.on_step(s, 0, 10);
+    }
+    meter.close(3, 0, 10);
+  }
+  ::close(fd);
+  std::ifstream in(path);
+  const std::string text{std::istreambuf_iterator<char>(in), {}};
+  CHECK_THAT(text, Catch::Contains("epoch 1/2 | step 3/20 (15%)") && Catch::Contains("loss 0.5000"));
+}
+
+TEST_CASE("data::batches from a first batch tells its observer each batch gathered", "[context][shard]") {
+  d::data::TensorDataset ds(torch::arange(10).unsqueeze(1), torch::arange(10));
+  std::vector<std::pair<std::int64_t, std::int64_t>> seen;
+  std::vector<std::int64_t> firsts;
+  for (const auto& b : d::data::batches(ds, {9, 8, 7, 6, 5, 4, 3}, 3, 1, [&](std::int64_t i, std::int64_t n) { seen.emplace_back(i, n); }))
+    firsts.push_back(b.target[0].item<std::int64_t>());
+  CHECK(firsts == std::vector<std::int64_t>{6, 3});
+  CHECK(seen == std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 3}, {2, 1}});
+}
+
+TEST_CASE("Trainer::uses_gpu is the backend's choice", "[context][config]") {
+  using Cpu = d::Trainer<torch::nn::Sequential, d::data::TensorDataset>;
+  STATIC_REQUIRE_FALSE(Cpu::uses_gpu);
+  const auto params = d::tracking::params_json<Cpu::policies>({.num_workers = 2}, {});
+  CHECK(params["scaling"]["use_gpu"] == false);
+}
+
+TEST_CASE("checkpointer laws: directory<> (asynchronous and synchronous) and none", "[laws][checkpointer]") {
+  TempDir tmp;
+  SECTION("directory<true>") { dtrain_laws::check_persisting_checkpointer<d::checkpointer::directory<true>>(tmp / "async"); }
+  SECTION("directory<false>") { dtrain_laws::check_persisting_checkpointer<d::checkpointer::directory<false>>(tmp / "sync"); }
+  SECTION("none") { dtrain_laws::check_non_persisting_checkpointer<d::checkpointer::none>(tmp / "none"); }
+}
