@@ -48,39 +48,16 @@ class Context {
   using backend = typename Policies::backend;
   using communicator_type = typename backend::communicator;
   using strategy_ops = strategy_traits<typename Policies::strategy>;
-  using strategy_state = typename strategy_ops::template state<communicator_type>;
+  using strategy_state = typename Policies::strategy::template state<communicator_type>;
   using precision_ops = precision_traits<typename Policies::precision>;
   using precision_state = typename Policies::precision::state;
   using checkpointer_state = typename Policies::checkpointer::state;
   using trainer_sampler = typename Policies::sampler;
   static constexpr bool persists = checkpointer_state::persists;
-  static constexpr const char* needs_checkpointer =
-      "needs a Checkpointer that persists; this Trainer uses checkpointer::none. Add "
-      "dtrain::checkpointer::directory<> to the Trainer's policies.";
 
  public:
   Context(const launch::WorkerIdentity& who, c10::intrusive_ptr<c10d::Store> store, const ScalingConfig& scaling,
-          const RunConfig& run)
-      : group_(who, std::move(store), run.collective_timeout),
-        scaling_(scaling),
-        run_(run),
-        dir_(run.path()),
-        device_(backend::device(who.local_rank)),
-        comm_(c10::make_intrusive<c10d::PrefixStore>(group_.key("pg"), group_.store_ptr()), who, run.collective_timeout),
-        precision_(precision_ops::make_state(device_, comm_)),
-        meter_(run.progress, who.rank == 0),
-        checkpoints_(group_, run) {
-    comm_.on_stall([this] { group_.check_peers("a collective"); });
-    if (who.rank == 0) dir_.create();
-    std::int64_t kept = 0;  // history rows a resumed run keeps
-    if (const auto& ck = checkpoints_.resumed()) {
-      steps_ = ck->steps();
-      reports_ = kept = ck->iteration();
-      const auto position = ck->sampler_state(who.rank);
-      cursor_.resume(position ? position->first : ck->epoch(), position ? position->second : 0);
-    }
-    if (who.rank == 0) MetricsHistory::truncate_jsonl(dir_.history(), kept);
-  }
+          const RunConfig& run);
 
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
@@ -171,38 +148,7 @@ class Context {
   /// saves; the first such shard after a resume skips the batches the checkpoint's epoch had
   /// consumed already.
   template <data::RandomAccess Split, class Sampler = trainer_sampler>
-  auto shard(const Split& split, std::int64_t global_batch, Sampler /*sampler*/ = {}) {
-    static_assert(SamplerPolicy<Sampler>,
-                  "dtrain: ctx.shard(split, global_batch, sampler): the third argument must be a Sampler "
-                  "policy value, such as dtrain::sampler::sequential{}");
-    const int world = world_size();
-    if (global_batch < 1 || global_batch % world != 0)
-      throw ConfigError("global batch " + std::to_string(global_batch) + " does not divide evenly among " +
-                        std::to_string(world) + " workers; choose a global batch that is a multiple of the worker " +
-                        "count (e.g. " + std::to_string(std::max<std::int64_t>(1, global_batch / world) * world) + ")");
-    const std::int64_t batch_size = global_batch / world;
-    auto order = Sampler::indices(static_cast<std::int64_t>(split.size()), world_rank(), world, cursor_.epoch());
-    constexpr bool counted = std::is_same_v<Sampler, trainer_sampler>;
-    std::int64_t first = 0;
-    if constexpr (counted) first = cursor_.begin_shard(data::batch_count(static_cast<std::int64_t>(order.size()), batch_size));
-    constexpr bool prefetching = backend_traits<backend>::prefetches;
-    data::BatchObserver observe;
-    if constexpr (counted)
-      observe = [this, world](std::int64_t b, std::int64_t len) {
-        if (!prefetching) cursor_.reached(b);  // prefetching counts batches handed out instead
-        meter_.add_samples(len * world);
-      };
-    auto view = data::batches(split, std::move(order), batch_size, first, std::move(observe));
-    if constexpr (prefetching) {
-      // On a GPU backend the next batch moves to the device while this one trains; the position
-      // counts the batches handed to the loop, not the one read ahead.
-      std::function<void()> on_yield;
-      if constexpr (counted) on_yield = [this, next = first]() mutable { cursor_.reached(next++); };
-      return data::prefetch(std::move(view), typename backend::batch_transfer(device_), std::move(on_yield));
-    } else {
-      return view;
-    }
-  }
+  auto shard(const Split& split, std::int64_t global_batch, Sampler /*sampler*/ = {});
 
   /// Autocast for the forward pass while the returned scope lives (a no-op under fp32).
   auto autocast() const { return precision_.autocast(); }
@@ -272,29 +218,7 @@ class Context {
   /// for the previous checkpoint's write first. Call it on every rank (rank 0 keeps the model and
   /// optimizer state, which are replicated; every rank keeps its own generator and position).
   template <class Module, class Optimizer>
-  checkpointer::Snapshot checkpoint(const Module& model, Optimizer& optimizer, Metrics extras = {}) {
-    static_assert(persists, "dtrain: ctx.checkpoint(model, optimizer) needs a Checkpointer that persists; "
-                            "this Trainer uses checkpointer::none. Add dtrain::checkpointer::directory<> to the "
-                            "Trainer's policies.");
-    const auto t0 = std::chrono::steady_clock::now();
-    checkpoints_.wait();
-    checkpointer::Snapshot s;
-    s.model = full_state(model);
-    s.has_model = world_rank() == 0;
-    if constexpr (strategy_ops::shards_optimizer) {
-      check_optimizer(optimizer);
-      s.optimizer = checkpointer::detail::optimizer_bytes(optimizer);
-      s.sharded_optimizer = true;
-    } else if (world_rank() == 0) {
-      s.optimizer = checkpointer::detail::optimizer_bytes(optimizer);
-    }
-    s.extras = std::move(extras);
-    s.generator = checkpointer::detail::default_generator_state();
-    std::tie(s.epoch, s.position) = cursor_.resume_point();
-    s.steps = steps_;
-    checkpoints_.add_blocked(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    return s;
-  }
+  checkpointer::Snapshot checkpoint(const Module& model, Optimizer& optimizer, Metrics extras = {});
 
   /// The checkpoint this group resumed from (the newest valid one of the run directory, or
   /// RunConfig::resume_from), or nothing for a fresh start. The epoch, sampler position and
@@ -310,7 +234,10 @@ class Context {
   template <class Module>
   void restore(const checkpointer::Checkpoint& ck, Module& model) {
     auto& s = models_.of(model, "ctx.restore(checkpoint, model)");
-    strategy_ops::load_full_state(s, detail::as_module(model), ck.model_state(), (ck.path() / checkpointer::files::model).string());
+    const auto source = (ck.path() / checkpointer::files::model).string();
+    const auto tensors = ck.model_state();
+    if (!strategy_ops::load_full_state(s, tensors, source))
+      checkpointer::Checkpoint::load_tensors(detail::as_module(model), tensors, source);
     ck.restore_generator(world_rank());
   }
   /// restore(ck, model), and the optimizer's state (this rank's piece under fsdp<>, which needs
@@ -353,75 +280,28 @@ class Context {
   /// it into report.html and MLflow; Result::evaluations reads it back. All-reduce `cm` first.
   template <class Names = std::vector<std::string>>
   void record_evaluation(const std::string& name, const evaluation::ConfusionMatrix& cm, const Names& class_names = {},
-                         const std::string& checkpoint = "", const Metrics& extra = {}) {
-    if (world_rank() != 0) return;
-    Metrics metrics = cm.summary();
-    for (const auto& [k, v] : extra) metrics.insert_or_assign(k, v);
-    std::vector<std::string> names(std::begin(class_names), std::end(class_names));
-    tracking::record_evaluation(dir_, tracking::evaluation_json(name, metrics, names, cm.counts_table(), checkpoint,
-                                                                unix_now()));
-    meter_.note("evaluation " + name + ": " + metrics_line(metrics));
-  }
+                         const std::string& checkpoint = "", const Metrics& extra = {});
 
   /// The best checkpoint of this run so far by RunConfig::checkpoint (score_attribute and
   /// score_order; the latest when no score attribute is set), or nothing. A synchronised step:
   /// every rank waits for the checkpoint being written, then every rank gets the same answer.
-  std::optional<checkpointer::Checkpoint> best_checkpoint() {
-    static_assert(persists, "dtrain: ctx.best_checkpoint() needs a Checkpointer that persists; this Trainer "
-                            "uses checkpointer::none. Add dtrain::checkpointer::directory<> to the Trainer's "
-                            "policies.");
-    checkpoints_.wait();
-    ++syncs_;
-    group_.arrive("best_checkpoint/" + std::to_string(syncs_), "best_checkpoint() call " + std::to_string(syncs_),
-                  reports_);
-    return checkpoints_.best();
-  }
+  std::optional<checkpointer::Checkpoint> best_checkpoint();
 
   /// The backend's communicator, for collectives of your own (same order on every rank).
   communicator_type& communicator() { return comm_; }
 
   /// Called by the Trainer when the loop returns: checks every rank reported equally often, waits
   /// for all, and writes the metrics table. Not for the loop to call.
-  void finish() {
-    meter_.close(steps_, cursor_.epoch(), cursor_.epoch_batches());
-    checkpoints_.finish();
-    // A GPU backend's collectives complete on the device: surface their errors before finishing.
-    if constexpr (requires { comm_.synchronize(); }) comm_.synchronize();
-    group_.finish(reports_);
-    if (world_rank() == 0) MetricsHistory::read_jsonl(dir_.history()).write_csv(dir_.history_table());
-  }
+  void finish();
 
  private:
   // Under fsdp<> an optimizer over the model's own parameters would step tensors whose gradients
   // are never kept: refuse it loudly. Checked once per optimizer, not every step.
   template <class Optimizer>
-  void check_optimizer(const Optimizer& opt) {
-    if constexpr (strategy_ops::template checks_optimizer_of<strategy_state>) {
-      if (!models_.first_sight(opt)) return;
-      std::vector<torch::Tensor> params;
-      for (const auto& g : opt.param_groups())
-        for (const auto& p : g.params()) params.push_back(p);
-      models_.for_each([&](auto& s) { s.check_optimizer(params); });
-    }
-  }
+  void check_optimizer(const Optimizer& opt);
 
   // The synchronised part of report(): the barrier, and rank 0's row appended to the history.
-  Metrics record(const Metrics& metrics) {
-    ++reports_;
-    group_.arrive("report/" + std::to_string(reports_), "report() call " + std::to_string(reports_), reports_);
-    Metrics row = metrics;
-    row.try_emplace("iteration", reports_);
-    row.try_emplace("epoch", cursor_.epoch());
-    row.try_emplace("step", steps_);
-    row.try_emplace("timestamp", unix_now());
-    if constexpr (precision_ops::loss_scaling) {
-      row.try_emplace("skipped_steps", precision_ops::skipped_steps(precision_));
-      row.try_emplace("loss_scale", precision_ops::loss_scale(precision_));
-    }
-    if (world_rank() == 0) MetricsHistory::append_jsonl(dir_.history(), row);
-    meter_.note("report " + std::to_string(reports_) + ": " + metrics_line(metrics));
-    return row;
-  }
+  Metrics record(const Metrics& metrics);
 
   launch::Group group_;
   ScalingConfig scaling_;
@@ -438,3 +318,5 @@ class Context {
 };
 
 DTRAIN_NAMESPACE_END
+
+#include <dtrain/context/context_impl.hpp>

@@ -71,8 +71,9 @@ class MetricsHistory {
   /// continues after its checkpoint); with none left the file is removed.
   static void truncate_jsonl(const std::filesystem::path& path, std::int64_t last_iteration) {
     MetricsHistory kept;
+    const auto history = read_jsonl(path);  // a range-for over read_jsonl(path).rows() would dangle
     if (last_iteration > 0)
-      for (const auto& row : read_jsonl(path).rows()) {
+      for (const auto& row : history.rows()) {
         auto it = row.find("iteration");
         if (it != row.end() && it->second.is_number() && it->second.number() <= static_cast<double>(last_iteration))
           kept.push_back(row);

@@ -200,3 +200,16 @@ TEST_CASE("checkpointer laws: directory<> (asynchronous and synchronous) and non
   SECTION("directory<false>") { dtrain_laws::check_persisting_checkpointer<d::checkpointer::directory<false>>(tmp / "sync"); }
   SECTION("none") { dtrain_laws::check_non_persisting_checkpointer<d::checkpointer::none>(tmp / "none"); }
 }
+
+TEST_CASE("MetricsHistory::truncate_jsonl keeps the rows up to a resumed iteration, intact", "[context][history]") {
+  TempDir tmp;
+  const auto path = tmp / "metrics.jsonl";
+  for (int i = 1; i <= 4; ++i) d::MetricsHistory::append_jsonl(path, {{"iteration", i}, {"epoch", 0}, {"loss", 1.0 / i}});
+  const auto before = d::MetricsHistory::read_jsonl(path);
+  d::MetricsHistory::truncate_jsonl(path, 3);
+  const auto after = d::MetricsHistory::read_jsonl(path);
+  REQUIRE(after.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) CHECK(after[i] == before[i]);
+  d::MetricsHistory::truncate_jsonl(path, 0);  // a fresh start
+  CHECK_FALSE(std::filesystem::exists(path));
+}

@@ -3,6 +3,7 @@
 // replaced by concept/{strategy,precision,backend}.hpp's traits).
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -18,15 +19,14 @@ DTRAIN_NAMESPACE_BEGIN
 
 template <class S>
 struct strategy_traits {
-  template <class C>
-  using state = typename S::template state<C>;
   static constexpr bool shards_optimizer = [] {
     if constexpr (requires { S::shards_optimizer; }) return bool(S::shards_optimizer);
     else return false;
   }();
   template <class St>
-  static constexpr bool checks_optimizer_of = requires(St& s, const std::vector<torch::Tensor>& v) { s.check_optimizer(v); };
-  static constexpr bool checks_optimizer = true;
+  static void check_optimizer(const St& s, const std::vector<torch::Tensor>& params) {
+    if constexpr (requires { s.check_optimizer(params); }) s.check_optimizer(params);
+  }
 
   template <class St>
   static std::vector<torch::Tensor> parameters(St& s, torch::nn::Module& m) {
@@ -52,10 +52,13 @@ struct strategy_traits {
     return n;
   }
   template <class St>
-  static void load_full_state(St& s, torch::nn::Module& m, const std::map<std::string, torch::Tensor>& t,
-                              const std::string& source) {
-    if constexpr (requires { s.load_full_state(t, source); }) s.load_full_state(t, source);
-    else checkpointer::Checkpoint::load_tensors(m, t, source);
+  static bool load_full_state(St& s, const std::map<std::string, torch::Tensor>& t, const std::string& source) {
+    if constexpr (requires { s.load_full_state(t, source); }) {
+      s.load_full_state(t, source);
+      return true;
+    } else {
+      return false;
+    }
   }
 };
 
@@ -83,7 +86,15 @@ struct precision_traits {
 
 template <class B>
 struct backend_traits {
-  static constexpr bool prefetches = requires { typename B::batch_transfer; };
+  static constexpr bool has_batch_transfer = requires { typename B::batch_transfer; };
+  template <class C>
+  static void on_stall(C& c, std::function<void()> check) {
+    if constexpr (requires { c.on_stall(check); }) c.on_stall(std::move(check));
+  }
+  template <class C>
+  static void synchronize(C& c) {
+    if constexpr (requires { c.synchronize(); }) c.synchronize();
+  }
 };
 
 DTRAIN_NAMESPACE_END
