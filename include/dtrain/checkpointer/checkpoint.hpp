@@ -170,6 +170,11 @@ class Checkpoint {
     load_model(module);
     load_optimizer(optimizer);
   }
+  /// The model alone, as saved (load_model).
+  template <class M>
+  void restore(M& module) const {
+    load_model(module);
+  }
 
   /// `tensors` copied by name into `m`'s parameters and buffers; `source` names them in errors.
   static void load_tensors(torch::nn::Module& m, const std::map<std::string, torch::Tensor>& tensors,
@@ -200,9 +205,9 @@ class Checkpoint {
                                        : std::string("whole (strategy::ddp<>)")) +
                         ", and this optimizer is over " +
                         (sharded ? "this rank's fsdp<> shards" : "full parameters") +
-                        "; the two do not convert. Load the weights only with ctx.restore(ck, model) or "
-                        "load_model(model) (model.pt converts between ddp<> and fsdp<>), and let the optimizer "
-                        "start afresh");
+                        "; the two do not convert. Load the weights only (ctx.restore(ck, model) in a train loop, "
+                        "Checkpoint::restore(model) or load_model(model) elsewhere: model.pt converts between ddp<> "
+                        "and fsdp<>), and let the optimizer start afresh");
     std::filesystem::path file = path_ / files::optimizer;
     if (saved_sharded) {
       if (rank < 0 || rank >= world_size_)
