@@ -26,6 +26,9 @@
 #include <dtrain/backend/gloo.hpp>
 #include <dtrain/checkpointer/checkpoint.hpp>
 #include <dtrain/checkpointer/directory.hpp>
+#include <dtrain/concept/backend.hpp>
+#include <dtrain/concept/precision.hpp>
+#include <dtrain/concept/strategy.hpp>
 #include <dtrain/config.hpp>
 #include <dtrain/data/dataset.hpp>
 #include <dtrain/data/prefetch.hpp>
@@ -64,12 +67,12 @@ class Context {
   using communicator_type = typename backend::communicator;
   using strategy_state = typename Policies::strategy::template state<communicator_type>;
   using precision_state = typename Policies::precision::state;
+  using backend_traits_type = dtrain::backend_traits<backend>;
+  using strategy_traits_type = dtrain::strategy_traits<typename Policies::strategy>;
+  using precision_traits_type = dtrain::precision_traits<typename Policies::precision>;
   static constexpr bool persists = Policies::checkpointer::persists;
   // Strategies whose optimizer steps this rank's shards (fsdp<>): each rank checkpoints its own.
-  static constexpr bool sharded_optimizer = [] {
-    if constexpr (requires { Policies::strategy::shards_optimizer; }) return bool(Policies::strategy::shards_optimizer);
-    else return false;
-  }();
+  static constexpr bool sharded_optimizer = strategy_traits_type::shards_optimizer;
   static constexpr bool async_writes = [] {
     if constexpr (requires { Policies::checkpointer::asynchronous; }) return bool(Policies::checkpointer::asynchronous);
     else return false;
@@ -87,7 +90,7 @@ class Context {
               who, run.collective_timeout),
         precision_(make_precision(device_, comm_)),
         progress_(run.progress, who.rank == 0) {
-    comm_.on_stall([this] { check_peers("a collective", false); });
+    backend_traits_type::on_stall(comm_, [this] { check_peers("a collective", false); });
     if (who_.rank == 0) std::filesystem::create_directories(run_.path());
     if constexpr (persists) {
       find_resume_point();
@@ -138,8 +141,7 @@ class Context {
   template <class Module>
   std::vector<torch::Tensor> parameters(const Module& model) {
     auto& s = strategy_of(model, "ctx.parameters(model)");
-    if constexpr (requires { s.parameters(); }) return s.parameters();
-    else return as_module(model).parameters();
+    return strategy_traits_type::parameters(s, as_module(model));
   }
 
   /// `model->forward(args...)` through the Strategy: under fsdp<> the full parameters are
@@ -148,9 +150,7 @@ class Context {
   template <class Module, class... Args>
   decltype(auto) forward(Module& model, Args&&... args) {
     auto& s = strategy_of(model, "ctx.forward(model, ...)");
-    if constexpr (requires { s.forward([] { return 0; }); })
-      return s.forward([&]() -> decltype(auto) { return model->forward(std::forward<Args>(args)...); });
-    else return model->forward(std::forward<Args>(args)...);
+    return strategy_traits_type::forward(s, [&]() -> decltype(auto) { return model->forward(std::forward<Args>(args)...); });
   }
 
   /// The model's full parameters and buffers by name (clones), on rank 0; empty elsewhere. Under
@@ -158,8 +158,7 @@ class Context {
   /// that prepare_model() did not wrap is read as it is.
   template <class Module>
   c10::Dict<std::string, at::Tensor> full_state(const Module& model) {
-    if constexpr (requires(strategy_state& s) { s.full_state(); })
-      if (auto* s = find_strategy(model)) return s->full_state();
+    if (auto* s = find_strategy(model)) return strategy_traits_type::full_state(*s, as_module(model), who_.rank);
     if (who_.rank == 0) return checkpointer::detail::named_state(as_module(model), true);
     return c10::Dict<std::string, at::Tensor>();
   }
@@ -169,13 +168,7 @@ class Context {
   template <class Module, class Optimizer>
   std::int64_t model_state_bytes(const Module& model, const Optimizer& optimizer) {
     auto& s = strategy_of(model, "ctx.model_state_bytes(model, optimizer)");
-    std::int64_t n = detail::optimizer_state_bytes(optimizer);
-    if constexpr (requires { s.held_bytes(); }) {
-      n += s.held_bytes();
-    } else {
-      for (const auto& p : as_module(model).parameters()) n += detail::bytes_of(p) + detail::bytes_of(p.grad());
-    }
-    return n;
+    return detail::optimizer_state_bytes(optimizer) + strategy_traits_type::held_bytes(s, as_module(model));
   }
 
   /// The Strategy's state of the i-th prepared model (its statistics, for instance).
@@ -245,7 +238,7 @@ class Context {
                return split.get_batch(idx);
              });
     };
-    if constexpr (requires { typename backend::batch_transfer; }) {
+    if constexpr (backend_traits_type::has_batch_transfer) {
       // On a GPU backend the next batch moves to the device while this one trains; the position
       // counts the batches handed to the loop, not the one read ahead.
       std::function<void()> on_yield;
@@ -289,8 +282,7 @@ class Context {
   std::int64_t steps() const { return steps_; }
   /// Of those, the steps the Precision policy skipped (an inf or NaN gradient under loss scaling).
   std::int64_t skipped_steps() const {
-    if constexpr (requires { precision_.skipped_steps(); }) return precision_.skipped_steps();
-    else return 0;
+    return precision_traits_type::skipped_steps(precision_);
   }
   /// The Precision policy's per-worker state (amp's GradScaler, for instance).
   precision_state& precision() { return precision_; }
@@ -384,16 +376,14 @@ class Context {
   void attach(checkpointer::Checkpoint& ck) {
     ck.set_rank(who_.rank);
     ck.set_sharded_optimizer(sharded_optimizer);
-    if constexpr (requires(strategy_state& s) { s.load_full_state(std::map<std::string, torch::Tensor>{}, std::string()); })
-      ck.set_model_loader([this](torch::nn::Module& m, const std::map<std::string, torch::Tensor>& state,
-                                 const std::string& source) {
-        for (std::size_t i = 0; i < prepared_.size(); ++i)
-          if (prepared_[i] == &m) {
-            strategies_[i]->load_full_state(state, source);
-            return true;
-          }
-        return false;
-      });
+    // false (the Strategy leaves the model whole, or the model is not prepared here): the
+    // checkpoint copies the tensors into the module itself.
+    ck.set_model_loader([this](torch::nn::Module& m, const std::map<std::string, torch::Tensor>& state,
+                               const std::string& source) {
+      for (std::size_t i = 0; i < prepared_.size(); ++i)
+        if (prepared_[i] == &m) return strategy_traits_type::load_full_state(*strategies_[i], state, source);
+      return false;
+    });
   }
 
   /// Time the training thread spent on checkpoints, and time the writes took.
@@ -461,7 +451,7 @@ class Context {
     progress_.close();
     if constexpr (persists) wait_for_write();
     // A GPU backend's collectives complete on the device: surface their errors before finishing.
-    if constexpr (requires { comm_.synchronize(); }) comm_.synchronize();
+    backend_traits_type::synchronize(comm_);
     store_->set(launch::key(who_.attempt, "finished/" + std::to_string(who_.rank)),
                 launch::to_bytes(std::to_string(reports_)));
     arrive("finished", "the end of the train loop");
@@ -509,21 +499,18 @@ class Context {
   // Checked once per optimizer (and again when its parameter groups change), not every step.
   template <class Optimizer>
   void check_optimizer(const Optimizer& opt) {
-    if constexpr (requires(strategy_state& s, const std::vector<torch::Tensor>& v) { s.check_optimizer(v); }) {
-      const std::pair<const void*, std::size_t> seen{&opt, opt.param_groups().size()};
-      if (seen == checked_optimizer_) return;
-      std::vector<torch::Tensor> params;
-      for (const auto& g : opt.param_groups())
-        for (const auto& p : g.params()) params.push_back(p);
-      for (auto& s : strategies_) s->check_optimizer(params);
-      checked_optimizer_ = seen;
-    }
+    const std::pair<const void*, std::size_t> seen{&opt, opt.param_groups().size()};
+    if (seen == checked_optimizer_) return;
+    std::vector<torch::Tensor> params;
+    for (const auto& g : opt.param_groups())
+      for (const auto& p : g.params()) params.push_back(p);
+    for (auto& s : strategies_) strategy_traits_type::check_optimizer(*s, params);
+    checked_optimizer_ = seen;
   }
   // A precision state that can use the communicator (amp's GradScaler agrees on overflows over
   // ranks) gets it.
   static precision_state make_precision(torch::Device device, communicator_type& comm) {
-    if constexpr (std::is_constructible_v<precision_state, torch::Device, communicator_type&>) return precision_state(device, comm);
-    else return precision_state(device);
+    return precision_traits_type::make_state(device, comm);
   }
   // Where the backend's collectives take their tensors.
   torch::Device comm_device() const { return backend::uses_cuda ? device_ : torch::Device(torch::kCPU); }
@@ -541,11 +528,9 @@ class Context {
     row.try_emplace("epoch", epoch_);
     row.try_emplace("step", steps_);
     row.try_emplace("timestamp", detail::unix_now());
-    if constexpr (requires { precision_state::loss_scaling; }) {
-      if constexpr (precision_state::loss_scaling) {
-        row.try_emplace("skipped_steps", precision_.skipped_steps());
-        row.try_emplace("loss_scale", precision_.loss_scale());
-      }
+    if constexpr (precision_traits_type::loss_scaling) {
+      row.try_emplace("skipped_steps", precision_traits_type::skipped_steps(precision_));
+      row.try_emplace("loss_scale", precision_traits_type::loss_scale(precision_));
     }
     if (who_.rank == 0) MetricsHistory::append_jsonl(history_path(), row);
     if (progress_.verbose()) progress_.note("report " + std::to_string(reports_) + ": " + metrics_line(metrics));
