@@ -189,17 +189,10 @@ namespace {
 struct scaling_without_counts {
   using category = dtrain::category::precision;
   static constexpr bool requires_cuda = false;
-  struct state {
+  // fp32's state, claiming loss scaling.
+  struct state : dtrain::precision::fp32::state {
+    using dtrain::precision::fp32::state::state;
     static constexpr bool loss_scaling = true;
-    explicit state(torch::Device) {}
-    struct scope {};
-    scope autocast() const { return {}; }
-    void backward(const torch::Tensor& loss) { loss.backward(); }
-    template <class Optimizer>
-    bool step(Optimizer& opt) {
-      opt.step();
-      return true;
-    }
   };
 };
 }  // namespace
