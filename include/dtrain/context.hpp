@@ -20,9 +20,11 @@
 
 #include <dtrain/checkpointer/checkpoint.hpp>
 #include <dtrain/checkpointer/write.hpp>
-#include <dtrain/backend/gloo.hpp>
+#include <dtrain/collective.hpp>
+#include <dtrain/concept/backend.hpp>
+#include <dtrain/concept/precision.hpp>
 #include <dtrain/concept/sampler.hpp>
-#include <dtrain/context/policy_traits.hpp>
+#include <dtrain/concept/strategy.hpp>
 #include <dtrain/config.hpp>
 #include <dtrain/context/models.hpp>
 #include <dtrain/data/dataset.hpp>

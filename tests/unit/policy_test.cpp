@@ -9,6 +9,8 @@
 #include <dtrain/backend/gloo.hpp>
 #include <dtrain/backend/nccl.hpp>
 #include <dtrain/checkpointer/none.hpp>
+#include <dtrain/concept/archetypes.hpp>
+#include <dtrain/policy/concepts.hpp>
 #include <dtrain/policy/category.hpp>
 #include <dtrain/policy/resolve.hpp>
 #include <dtrain/precision/amp.hpp>
@@ -17,6 +19,7 @@
 #include <dtrain/sampler/distributed.hpp>
 #include <dtrain/sampler/sequential.hpp>
 #include <dtrain/strategy/ddp.hpp>
+#include <dtrain/strategy/fsdp.hpp>
 #include <dtrain/tracker/mlflow.hpp>
 #include <dtrain/tracker/none.hpp>
 
@@ -163,6 +166,80 @@ TEST_CASE("every policy models its category's concept", "[policy][concepts]") {
   // A policy of one category does not model another's concept.
   STATIC_REQUIRE_FALSE(dtrain::SamplerPolicy<dtrain::backend::gloo>);
   STATIC_REQUIRE_FALSE(dtrain::BackendPolicy<dtrain::sampler::sequential>);
+}
+
+TEST_CASE("each concept accepts its archetype, and the archetypes belong to no other concept", "[policy][concepts]") {
+  // An archetype has exactly the concept's minimal complete definition: a concept that asked for
+  // more would reject it.
+  STATIC_REQUIRE(d::BackendPolicy<d::archetype::backend>);
+  STATIC_REQUIRE(d::StrategyPolicy<d::archetype::strategy>);
+  STATIC_REQUIRE(d::PrecisionPolicy<d::archetype::precision>);
+  STATIC_REQUIRE_FALSE(d::StrategyPolicy<d::archetype::backend>);
+  STATIC_REQUIRE_FALSE(d::PrecisionPolicy<d::archetype::strategy>);
+  STATIC_REQUIRE_FALSE(d::BackendPolicy<d::archetype::precision>);
+  // dtrain's strategies and precisions use no more of a communicator than the archetype has.
+  STATIC_REQUIRE(std::is_constructible_v<d::strategy::ddp<>::state<d::archetype::communicator>, torch::nn::Module&,
+                                         d::archetype::communicator&>);
+  STATIC_REQUIRE(std::is_constructible_v<d::strategy::fsdp<>::state<d::archetype::communicator>, torch::nn::Module&,
+                                         d::archetype::communicator&>);
+  STATIC_REQUIRE(std::is_constructible_v<d::precision::amp<d::precision::bf16>::state, torch::Device,
+                                         d::archetype::communicator&>);
+}
+
+namespace {
+// A precision that scales the loss but does not say how many steps it skipped: rejected, since
+// the metrics rows report both.
+struct scaling_without_counts {
+  using category = dtrain::category::precision;
+  static constexpr bool requires_cuda = false;
+  // fp32's state, claiming loss scaling.
+  struct state : dtrain::precision::fp32::state {
+    using dtrain::precision::fp32::state::state;
+    static constexpr bool loss_scaling = true;
+  };
+};
+}  // namespace
+
+TEST_CASE("the traits give every optional member its documented default", "[policy][concepts]") {
+  // Backend: available unless it says otherwise; a batch transfer only where named.
+  STATIC_REQUIRE(d::backend_traits<d::archetype::backend>::available);
+  STATIC_REQUIRE_FALSE(d::backend_traits<d::archetype::backend>::has_batch_transfer);
+  STATIC_REQUIRE_FALSE(d::backend_traits<d::backend::gloo>::has_batch_transfer);
+  STATIC_REQUIRE(d::backend_traits<d::backend::nccl>::available == bool(DTRAIN_WITH_CUDA));
+  STATIC_REQUIRE(d::backend_traits<d::backend::nccl>::has_batch_transfer == bool(DTRAIN_WITH_CUDA));
+
+  // Strategy: only fsdp<> shards the optimizer.
+  STATIC_REQUIRE_FALSE(d::strategy_traits<d::archetype::strategy>::shards_optimizer);
+  STATIC_REQUIRE_FALSE(d::strategy_traits<d::strategy::ddp<>>::shards_optimizer);
+  STATIC_REQUIRE(d::strategy_traits<d::strategy::fsdp<>>::shards_optimizer);
+
+  // Precision: fp32 and amp<bf16> do not scale the loss, so nothing is skipped and the scale is 1.
+  using fp32 = d::precision_traits<d::precision::fp32>;
+  using bf16 = d::precision_traits<d::precision::amp<d::precision::bf16>>;
+  STATIC_REQUIRE_FALSE(fp32::loss_scaling);
+  STATIC_REQUIRE_FALSE(bf16::loss_scaling);
+  d::precision::fp32::state s(torch::kCPU);
+  CHECK(fp32::skipped_steps(s) == 0);
+  CHECK(fp32::loss_scale(s) == 1.0);
+  STATIC_REQUIRE(d::PrecisionPolicy<d::precision::amp<d::precision::bf16, d::precision::dynamic_loss_scale>>);
+  STATIC_REQUIRE(d::precision_traits<d::precision::amp<d::precision::bf16, d::precision::dynamic_loss_scale>>::loss_scaling);
+  STATIC_REQUIRE_FALSE(d::PrecisionPolicy<scaling_without_counts>);
+}
+
+TEST_CASE("strategy_traits' defaults act on the module itself under a strategy without the members", "[policy][concepts]") {
+  // ddp<> leaves the model whole: every default below reads the module.
+  using traits = d::strategy_traits<d::strategy::ddp<>>;
+  torch::nn::Linear layer(3, 2);
+  struct bare {};  // a state with no optional member
+  bare s;
+  auto& m = static_cast<torch::nn::Module&>(*layer);
+  CHECK(traits::parameters(s, m).size() == 2);
+  CHECK(traits::forward(s, [] { return 7; }) == 7);
+  CHECK(traits::held_bytes(s, m) == (3 * 2 + 2) * 4);  // no gradients yet
+  CHECK(traits::full_state(s, m, 0).size() == 2);
+  CHECK(traits::full_state(s, m, 1).size() == 0);
+  CHECK_FALSE(traits::load_full_state(s, {}, "nowhere"));
+  traits::check_optimizer(s, layer->parameters());  // any optimizer is fine
 }
 
 TEST_CASE("precision::amp<bf16> autocasts inside its scope only, and training still learns", "[precision]") {

@@ -19,7 +19,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/types.h>
 
-#include <dtrain/backend/gloo.hpp>  // Work, Completion, reduce
+#include <dtrain/collective.hpp>
 #include <dtrain/data/prefetch.hpp>
 #include <dtrain/detail/cuda.hpp>
 #include <dtrain/error.hpp>

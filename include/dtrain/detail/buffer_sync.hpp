@@ -8,7 +8,7 @@
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
-#include <dtrain/backend/gloo.hpp>
+#include <dtrain/collective.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 

@@ -9,7 +9,7 @@
 
 #include <torch/types.h>
 
-#include <dtrain/backend/gloo.hpp>
+#include <dtrain/collective.hpp>
 #include <dtrain/error.hpp>
 #include <dtrain/metrics.hpp>
 

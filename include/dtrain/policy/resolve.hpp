@@ -61,16 +61,17 @@ constexpr bool checked_is_policy() {
   return Policy<P>;
 }
 
-// A backend whose build lacks what it needs (backend::nccl without CUDA) says `available = false`.
+// A backend whose build lacks what it needs (backend::nccl without CUDA) says `available = false`
+// (concept/backend.hpp: backend_traits<B>::available).
 template <class P>
 constexpr bool checked_available() {
-  if constexpr (requires { P::available; }) {
-    static_assert(P::available || !std::is_same_v<typename category_of<P>::type, category::backend>,
+  if constexpr (std::is_same_v<typename category_of<P>::type, category::backend>) {
+    static_assert(backend_traits<P>::available,
                   "dtrain::Trainer: backend::nccl needs a LibTorch built with CUDA and NCCL: build against "
                   "one (e.g. Python torch's, `-DCMAKE_PREFIX_PATH=$(python3 -c 'import torch; "
                   "print(torch.utils.cmake_prefix_path)')`) with the CUDA and NCCL headers on the include "
                   "path, or use dtrain::backend::gloo on CPU. See docs/gpu.md.");
-    return P::available;
+    return backend_traits<P>::available;
   } else {
     return true;
   }
@@ -138,12 +139,12 @@ struct set {
   using precision = detail::lookup<map_type, category::precision>;
   using tracker = detail::lookup<map_type, category::tracker>;
 
-  // Each resolved policy provides what its category needs (policy/concepts.hpp).
+  // Each resolved policy provides what its category needs (dtrain/concept/<category>.hpp).
   static_assert(!valid || BackendPolicy<backend>,
                 "dtrain::Trainer: the Backend policy lacks part of the BackendPolicy concept "
                 "(uses_cuda, device(local_rank), a communicator with allreduce/broadcast/allgather/"
                 "reduce_scatter/barrier); see "
-                "dtrain/policy/concepts.hpp");
+                "dtrain/concept/backend.hpp");
   static_assert(!valid || SamplerPolicy<sampler>,
                 "dtrain::Trainer: the Sampler policy lacks `static std::vector<std::int64_t> indices(n, "
                 "rank, world_size, epoch)`; see dtrain/concept/sampler.hpp");
@@ -153,16 +154,16 @@ struct set {
                 "checkpointer::none::state as the template, see dtrain/concept/checkpointer.hpp");
   static_assert(!valid || StrategyPolicy<strategy>,
                 "dtrain::Trainer: the Strategy policy lacks a nested `template <class Communicator> class "
-                "state` built from (torch::nn::Module&, Communicator&) with set_sync(bool); see "
-                "dtrain/policy/concepts.hpp");
+                "state` built from (torch::nn::Module&, Communicator&) with set_sync(bool), using no more of the communicator than the Backend concept "
+                "promises; see dtrain/concept/strategy.hpp");
   static_assert(!valid || PrecisionPolicy<precision>,
                 "dtrain::Trainer: the Precision policy lacks `requires_cuda` or a nested `state` built "
-                "from torch::Device with autocast(), backward(loss) and step(optimizer); see "
-                "dtrain/policy/concepts.hpp");
+                "from torch::Device with autocast(), backward(loss) and step(optimizer) (and, with loss_scaling, "
+                "skipped_steps() and loss_scale()); see dtrain/concept/precision.hpp");
   static_assert(!valid || TrackerPolicy<tracker>,
                 "dtrain::Trainer: the Tracker policy lacks `static void start(const "
                 "dtrain::tracking::RunRecord&)` or `static void end(const dtrain::tracking::RunRecord&)`; "
-                "see dtrain/policy/concepts.hpp");
+                "see dtrain/concept/tracker.hpp");
 
   /// Combinations of individually valid policies that cannot work together.
   static constexpr bool check_combination() {

@@ -12,7 +12,7 @@
 #include <torch/cuda.h>
 #include <torch/types.h>
 
-#include <dtrain/backend/gloo.hpp>
+#include <dtrain/collective.hpp>
 #include <dtrain/detail/cuda.hpp>
 #include <dtrain/error.hpp>
 #include <dtrain/policy/category.hpp>

@@ -1,21 +1,19 @@
 #pragma once
 // strategy::ddp<>: data parallelism with bucketed gradient allreduce overlapped with backward.
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <torch/csrc/autograd/engine.h>
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
-#include <torch/csrc/autograd/variable.h>
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
-#include <dtrain/backend/gloo.hpp>
+#include <dtrain/collective.hpp>
 #include <dtrain/detail/buffer_sync.hpp>
 #include <dtrain/policy/category.hpp>
+#include <dtrain/strategy/assignment.hpp>
+#include <dtrain/strategy/detail/gradient_hooks.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -75,7 +73,7 @@ struct ddp {
     }
     state(const state&) = delete;
     state& operator=(const state&) = delete;
-    ~state() { impl_->remove_hooks(); }
+    ~state() { impl_->hooks.remove(); }
 
     void set_sync(bool on) { impl_->sync = on; }
     const ddp_stats& stats() const { return impl_->stats; }
@@ -94,34 +92,24 @@ struct ddp {
       Communicator& comm;
       std::weak_ptr<impl> self;
       std::vector<torch::Tensor> params;
-      std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
-      std::vector<std::uintptr_t> hook_keys;
+      detail::gradient_hooks<impl> hooks;
       std::vector<std::size_t> bucket_of, slot_in_bucket;
       std::vector<bool> ready;
       std::vector<bucket> buckets;
       dtrain::detail::buffer_sync buffers;
       std::size_t next_launch = 0;
-      bool callback_queued = false, sync = true;
+      bool sync = true;
       int grads_pending = 0;
       ddp_stats stats;
 
       void setup(torch::nn::Module& module) {
         for (auto& p : module.parameters())
           if (p.requires_grad()) params.push_back(p);
-        broadcast_state(module);
+        detail::broadcast_state(module, comm);
         if (comm.size() == 1) return;  // nothing to synchronise
         buffers = dtrain::detail::buffer_sync(module);
         build_buckets();
-        for (std::size_t i = 0; i < params.size(); ++i) {
-          auto acc = torch::autograd::impl::grad_accumulator(params[i]);
-          std::weak_ptr<impl> weak = self;
-          hook_keys.push_back(acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-              [weak, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
-                if (auto me = weak.lock()) me->on_grad_ready(i);
-                return outputs;
-              })));
-          accumulators.push_back(std::move(acc));
-        }
+        hooks.install(self, params);
       }
 
       // Points .grad of parameter k at its slot; the deleter keeps the bucket's memory alive for as
@@ -140,47 +128,11 @@ struct ddp {
         return g.defined() && g.data_ptr() == slot_ptr(k);
       }
 
-      void remove_hooks() {
-        for (std::size_t i = 0; i < accumulators.size(); ++i) accumulators[i]->del_post_hook(hook_keys[i]);
-        accumulators.clear();
-      }
-
-      // Rank 0's parameters and buffers become everyone's.
-      void broadcast_state(torch::nn::Module& module) {
-        if (comm.size() == 1) return;
-        torch::NoGradGuard no_grad;
-        std::vector<Work> works;
-        std::vector<torch::Tensor> all;
-        for (auto& p : module.parameters()) all.push_back(p);
-        for (auto& b : module.buffers()) all.push_back(b);
-        for (auto& t : all) {
-          auto data = t.detach();
-          works.push_back(comm.broadcast(data, 0));
-        }
-        for (auto& w : works) w.wait();
-      }
-
       void build_buckets() {
         bucket_of.assign(params.size(), 0);
         slot_in_bucket.assign(params.size(), 0);
         ready.assign(params.size(), false);
-        std::int64_t cap = FirstBucketBytes, bytes = 0;
-        std::vector<std::vector<std::size_t>> groups(1);
-        torch::ScalarType dtype = params.empty() ? torch::kFloat : params.back().scalar_type();
-        for (std::size_t k = params.size(); k-- > 0;) {
-          const auto& p = params[k];
-          // One dtype per bucket, since a bucket is one flat tensor.
-          if (!groups.back().empty() && (bytes >= cap || p.scalar_type() != dtype)) {
-            groups.emplace_back();
-            bytes = 0;
-            cap = BucketBytesCap;
-          }
-          dtype = p.scalar_type();
-          groups.back().push_back(k);
-          bytes += p.numel() * static_cast<std::int64_t>(p.element_size());
-        }
-        for (auto& g : groups) {
-          if (g.empty()) continue;
+        for (auto& g : bucket_assignment(params, FirstBucketBytes, BucketBytesCap)) {
           bucket b;
           std::int64_t numel = 0;
           for (std::size_t k : g) {
@@ -210,13 +162,7 @@ struct ddp {
 
       void on_grad_ready(std::size_t k) {
         if (!sync || ready[k]) return;
-        if (!callback_queued) {
-          callback_queued = true;
-          std::weak_ptr<impl> weak = self;
-          torch::autograd::Engine::get_default_engine().queue_callback([weak] {
-            if (auto me = weak.lock()) me->finish_backward();
-          });
-        }
+        hooks.queue_finish();
         ready[k] = true;
         --grads_pending;
         if (!aliased(k)) {
@@ -239,7 +185,6 @@ struct ddp {
       }
 
       void finish_backward() {
-        callback_queued = false;
         // Parameters that took no part in this backward contribute zeros, so every rank still
         // issues every bucket's allreduce in the same order.
         for (std::size_t k = 0; k < params.size(); ++k)
@@ -250,13 +195,8 @@ struct ddp {
             --buckets[bucket_of[k]].pending;
           }
         launch_ready_buckets();
-        Work buffers_work = buffers.start(comm);
-        const auto t0 = std::chrono::steady_clock::now();
-        for (auto& b : buckets) b.work.wait();
-        buffers_work.wait();
-        stats.allreduce_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        stats.allreduce_wait_s += detail::wait_for_gradients(buckets, &bucket::work, buffers, comm);
         ++stats.synced_steps;
-        buffers.finish();
         for (auto& b : buckets) b.pending = static_cast<int>(b.params.size());
         std::fill(ready.begin(), ready.end(), false);
         grads_pending = static_cast<int>(params.size());

@@ -12,23 +12,18 @@
 #include <utility>
 #include <vector>
 
-#include <sys/mman.h>
-
-#include <cerrno>
-#include <cstring>
-
-#include <c10/core/StorageImpl.h>
-#include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/grad_mode.h>
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
-#include <torch/csrc/autograd/variable.h>
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
-#include <dtrain/backend/gloo.hpp>
+#include <dtrain/collective.hpp>
 #include <dtrain/detail/buffer_sync.hpp>
 #include <dtrain/error.hpp>
 #include <dtrain/policy/category.hpp>
+#include <dtrain/strategy/assignment.hpp>
+#include <dtrain/strategy/detail/flat_storage.hpp>
+#include <dtrain/strategy/detail/fsdp_full_state.hpp>
+#include <dtrain/strategy/detail/gradient_hooks.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -43,16 +38,6 @@ enum class sharding {
   shard_grad_op,
 };
 
-/// What one flat parameter (a "unit": one allgather, one reduce-scatter) covers.
-enum class wrap {
-  /// One unit for the whole model.
-  whole_model,
-  /// One unit per top-level submodule that has parameters (plus one for the root's own
-  /// parameters): smaller collectives, and a unit's reduce-scatter starts as soon as backward
-  /// has produced its gradients, while backward goes on through the units before it.
-  top_level,
-};
-
 /// What the sharded model did so far: for tests and per-step breakdowns.
 struct fsdp_stats {
   int units = 0;
@@ -64,51 +49,6 @@ struct fsdp_stats {
   double allgather_wait_s = 0, reduce_scatter_wait_s = 0;
 };
 
-namespace detail {
-// The full parameters and flat gradients come and go every step. On CPU they are mapped straight
-// from the kernel, so that freeing them gives the memory back: through malloc, glibc's dynamic
-// mmap threshold soon serves buffers of this size from its heap, which keeps them resident (the
-// multirank fsdp_memory scenario's 9.5M-parameter MLP on 2 workers peaked at 318 MB RSS through
-// malloc against ddp<>'s 288 MB; mapped, below ddp<>).
-struct mapping {
-  void* at;
-  std::size_t bytes;
-};
-inline void unmap(void* ctx) {
-  auto* m = static_cast<mapping*>(ctx);
-  ::munmap(m->at, m->bytes);
-  delete m;
-}
-inline at::DataPtr map_bytes(std::size_t bytes, c10::Device device) {
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED)
-    throw Error("strategy::fsdp<>: cannot map " + std::to_string(bytes) + " bytes for full parameters or gradients (" +
-                std::strerror(errno) + "); the worker is out of memory");
-  return at::DataPtr(p, new mapping{p, bytes}, &unmap, device);
-}
-
-// Frees a tensor's memory but keeps its storage object, so that every view of it (also the views
-// autograd saved for backward) sees the data again once allocate_storage() refills it.
-inline void free_storage(const torch::Tensor& t) {
-  auto* s = t.storage().unsafeGetStorageImpl();
-  s->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
-  s->set_nbytes(0);
-}
-inline void allocate_storage(const torch::Tensor& t, std::size_t nbytes) {
-  auto* s = t.storage().unsafeGetStorageImpl();
-  if (t.device().is_cpu() && nbytes > 0) s->set_data_ptr_noswap(map_bytes(nbytes, t.device()));
-  else s->set_data_ptr_noswap(s->allocator()->allocate(nbytes));
-  s->set_nbytes(nbytes);
-}
-// A flat tensor of n zeros (fresh anonymous pages are zero: nothing to fill on CPU).
-inline torch::Tensor flat_zeros(std::int64_t n, const torch::TensorOptions& options) {
-  const auto bytes = static_cast<std::size_t>(n) * c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
-  if (!options.device().is_cpu() || bytes == 0) return torch::zeros({n}, options);
-  auto data = map_bytes(bytes, options.device());
-  c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, std::move(data), nullptr, false);
-  return torch::empty({0}, options).set_(storage, 0, {n}, {1});
-}
-}  // namespace detail
 
 /// Fully sharded data parallel, as PyTorch's FullyShardedDataParallel does it (FSDP 1: flat
 /// parameters), driven from the worker context because LibTorch's C++ modules have no forward hooks.
@@ -154,7 +94,7 @@ struct fsdp {
     }
     state(const state&) = delete;
     state& operator=(const state&) = delete;
-    ~state() { impl_->remove_hooks(); }
+    ~state() { impl_->hooks.remove(); }
 
     void set_sync(bool on) { impl_->sync = on; }
     const fsdp_stats& stats() const { return impl_->stats; }
@@ -188,18 +128,18 @@ struct fsdp {
     /// The model's full parameters and buffers by name, gathered unit by unit: a collective that
     /// every rank calls; the tensors (clones) are returned on rank 0, the dictionary is empty
     /// elsewhere. Same names and shapes as checkpointer::detail::named_state gives under ddp<>.
-    c10::Dict<std::string, at::Tensor> full_state() { return impl_->full_state(); }
+    c10::Dict<std::string, at::Tensor> full_state() { return detail::full_state(*impl_); }
 
     /// Loads full tensors by name (a model.pt of ddp<> or fsdp<>): this rank's shard of each
     /// unit, and the unsharded parameters and buffers. Throws Error naming a missing or misshapen
     /// tensor; `source` names where they came from.
     void load_full_state(const std::map<std::string, torch::Tensor>& state, const std::string& source) {
-      impl_->load_full_state(state, source);
+      detail::load_full_state(*impl_, state, source);
     }
 
     /// Bytes of parameters and gradients this rank holds now (shards, their gradients, anything
     /// gathered at the moment, unsharded parameters); the optimizer's state is not included.
-    std::int64_t held_bytes() const { return impl_->held_bytes(); }
+    std::int64_t held_bytes() const { return detail::held_bytes(*impl_); }
 
    private:
     struct unit {
@@ -229,38 +169,24 @@ struct fsdp {
       std::unordered_map<const c10::TensorImpl*, std::size_t> index_of;
       std::vector<std::size_t> unit_of;
       std::vector<unit> units;
-      std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
-      std::vector<std::uintptr_t> hook_keys;
+      detail::gradient_hooks<impl> hooks;
       std::vector<bool> ready;
       std::size_t next_launch = 0;  // launches go units.size()-1 down to 0
-      bool callback_queued = false, sync = true;
+      bool sync = true;
       dtrain::detail::buffer_sync buffers;
       fsdp_stats stats;
 
       void setup() {
-        broadcast_state();
-        // Units: the root's own parameters, then each top-level child's (or all in one).
-        std::vector<std::vector<std::size_t>> groups;
-        std::map<std::string, std::size_t> group_of_child;
+        detail::broadcast_state(module, comm);
         for (const auto& np : module.named_parameters(true)) {
           if (!np.value().requires_grad()) continue;
-          const auto& name = np.key();
-          std::size_t g = 0;
-          if constexpr (Units == wrap::top_level) {
-            const auto dot = name.find('.');
-            const std::string child = dot == std::string::npos ? std::string() : name.substr(0, dot);
-            auto [it, fresh] = group_of_child.try_emplace(child, groups.size());
-            if (fresh) groups.emplace_back();
-            g = it->second;
-          } else {
-            if (groups.empty()) groups.emplace_back();
-          }
           index_of[np.value().unsafeGetTensorImpl()] = params.size();
-          groups[g].push_back(params.size());
           params.push_back(np.value());
-          names.push_back(name);
+          names.push_back(np.key());
           shapes.push_back(np.value().sizes().vec());
         }
+        // Units: the root's own parameters, then each top-level child's (or all in one).
+        const auto groups = unit_assignment(names, Units);
         buffers = dtrain::detail::buffer_sync(module);
         unit_of.assign(params.size(), 0);
         ready.assign(params.size(), false);
@@ -268,6 +194,7 @@ struct fsdp {
         torch::NoGradGuard no_grad;
         for (auto& g : groups) {
           unit u;
+          std::vector<std::int64_t> numels;
           for (std::size_t k : g) {
             if (params[k].scalar_type() != params[g.front()].scalar_type() || params[k].device() != params[g.front()].device())
               throw ConfigError("strategy::fsdp<>: \"" + names[k] + "\" has another dtype or device than \"" +
@@ -275,55 +202,32 @@ struct fsdp {
                                 "one dtype, or use wrap::top_level with one dtype per top-level submodule");
             unit_of[k] = units.size();
             u.params.push_back(k);
-            u.offsets.push_back(u.numel);
-            u.numel += params[k].numel();
+            numels.push_back(params[k].numel());
           }
-          u.shard_numel = (u.numel + world - 1) / world;
+          auto layout = layout_of(numels, world);
+          u.offsets = std::move(layout.offsets);
+          u.numel = layout.numel;
+          u.shard_numel = layout.shard_numel;
           const auto& p0 = params[g.front()];
-          u.full = torch::zeros({u.shard_numel * world}, p0.options().requires_grad(false));
+          u.full = torch::zeros({layout.padded(world)}, p0.options().requires_grad(false));
           for (std::size_t i = 0; i < u.params.size(); ++i) {
             const auto& p = params[u.params[i]];
             u.full.narrow(0, u.offsets[i], p.numel()).copy_(p.detach().reshape({-1}));
           }
           u.shard = u.full.narrow(0, rank * u.shard_numel, u.shard_numel).clone().requires_grad_(true);
           u.pending = static_cast<int>(u.params.size());
-          stats.padding += u.shard_numel * world - u.numel;
+          stats.padding += layout.padded(world) - u.numel;
           units.push_back(std::move(u));
         }
         stats.units = static_cast<int>(units.size());
         // The accumulators are taken while the parameters still have their shapes: autograd
         // checks each gradient against the shape its accumulator was made for.
-        for (std::size_t k = 0; k < params.size(); ++k) {
-          auto acc = torch::autograd::impl::grad_accumulator(params[k]);
-          std::weak_ptr<impl> weak = self;
-          hook_keys.push_back(acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-              [weak, k](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
-                if (auto me = weak.lock()) me->on_grad_ready(k);
-                return outputs;
-              })));
-          accumulators.push_back(std::move(acc));
-          params[k].mutable_grad().reset();
-        }
+        hooks.install(self, params);
+        for (auto& p : params) p.mutable_grad().reset();
         for (auto& u : units) {
           u.gathered = true;  // u.full holds the full parameters: reshard frees it
           reshard(u);
         }
-      }
-
-      void remove_hooks() {
-        for (std::size_t i = 0; i < accumulators.size(); ++i) accumulators[i]->del_post_hook(hook_keys[i]);
-        accumulators.clear();
-      }
-
-      void broadcast_state() {
-        if (comm.size() == 1) return;
-        torch::NoGradGuard no_grad;
-        std::vector<Work> works;
-        std::vector<torch::Tensor> all;
-        for (auto& p : module.parameters()) all.push_back(p.detach());
-        for (auto& b : module.buffers()) all.push_back(b.detach());
-        for (auto& t : all) works.push_back(comm.broadcast(t, 0));
-        for (auto& w : works) w.wait();
       }
 
       void set_views(unit& u) {
@@ -383,7 +287,7 @@ struct fsdp {
             std::weak_ptr<impl> weak = self;
             out.register_hook([weak](const torch::Tensor&) {
               if (auto me = weak.lock()) {
-                me->queue_finish();
+                me->hooks.queue_finish();
                 me->gather_all();
                 me->prepare_grads();
               }
@@ -396,15 +300,6 @@ struct fsdp {
         if (needs_backward) prepare_grads();
         else reshard_all();
         return out;
-      }
-
-      void queue_finish() {
-        if (callback_queued) return;
-        callback_queued = true;
-        std::weak_ptr<impl> weak = self;
-        torch::autograd::Engine::get_default_engine().queue_callback([weak] {
-          if (auto me = weak.lock()) me->finish_backward();
-        });
       }
 
       void ensure_grad_full(unit& u) {
@@ -456,7 +351,7 @@ struct fsdp {
       }
 
       void on_grad_ready(std::size_t k) {
-        queue_finish();
+        hooks.queue_finish();
         if (!sync || ready[k]) return;
         ready[k] = true;
         torch::NoGradGuard no_grad;
@@ -479,7 +374,6 @@ struct fsdp {
       }
 
       void finish_backward() {
-        callback_queued = false;
         torch::NoGradGuard no_grad;
         if (sync) {
           // Parameters that took no part in this backward contribute zeros (or what no_sync
@@ -490,11 +384,7 @@ struct fsdp {
               take_grad(k);
             }
           launch_ready();
-          Work buffers_work = buffers.start(comm);
-          const auto t0 = std::chrono::steady_clock::now();
-          for (auto& u : units) u.work.wait();
-          buffers_work.wait();
-          stats.reduce_scatter_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          stats.reduce_scatter_wait_s += detail::wait_for_gradients(units, &unit::work, buffers, comm);
           for (auto& u : units) {
             auto& g = u.shard.mutable_grad();
             if (g.defined()) g.add_(u.grad_piece);
@@ -503,83 +393,11 @@ struct fsdp {
             u.grad_full = torch::Tensor();
             u.pending = static_cast<int>(u.params.size());
           }
-          buffers.finish();
           std::fill(ready.begin(), ready.end(), false);
           next_launch = 0;
           ++stats.synced_steps;
         }
         reshard_all();
-      }
-
-      c10::Dict<std::string, at::Tensor> full_state() {
-        torch::NoGradGuard no_grad;
-        const bool root = comm.rank() == 0;
-        std::map<std::string, torch::Tensor> gathered;
-        for (auto& u : units) {
-          const bool had = current(u);
-          if (!had) {
-            if (!u.gathered) detail::allocate_storage(u.full, u.full_bytes());
-            u.gathered = true;  // for reshard() below
-            comm.allgather(u.full, u.shard.detach()).wait();
-            ++stats.allgathers;
-            u.gathered_version = u.shard._version();
-            set_views(u);
-          }
-          if (root)
-            for (std::size_t i = 0; i < u.params.size(); ++i) {
-              const auto k = u.params[i];
-              gathered[names[k]] = u.full.narrow(0, u.offsets[i], numel_of(k)).view(shapes[k]).clone();
-            }
-          if (!had) reshard(u);
-        }
-        c10::Dict<std::string, at::Tensor> d;
-        if (!root) return d;
-        for (const auto& p : module.named_parameters(true)) {
-          auto it = gathered.find(p.key());
-          d.insert(p.key(), it != gathered.end() ? it->second : p.value().detach().clone());
-        }
-        for (const auto& b : module.named_buffers(true)) d.insert(b.key(), b.value().detach().clone());
-        return d;
-      }
-
-      void load_full_state(const std::map<std::string, torch::Tensor>& state, const std::string& source) {
-        torch::NoGradGuard no_grad;
-        auto find = [&](const std::string& name, at::IntArrayRef shape) -> const torch::Tensor& {
-          auto it = state.find(name);
-          if (it == state.end())
-            throw Error(source + " has no tensor \"" + name + "\"; was it saved from another model?");
-          if (it->second.sizes() != shape)
-            throw Error(source + ": \"" + name + "\" has shape " + c10::str(it->second.sizes()) + ", the model " +
-                        c10::str(shape));
-          return it->second;
-        };
-        const int rank = comm.rank();
-        for (auto& u : units) {
-          auto flat = torch::zeros({u.padded()}, u.shard.options().requires_grad(false));
-          for (std::size_t i = 0; i < u.params.size(); ++i) {
-            const auto k = u.params[i];
-            flat.narrow(0, u.offsets[i], numel_of(k)).copy_(find(names[k], shapes[k]).reshape({-1}));
-          }
-          reshard(u);
-          u.shard.detach().copy_(flat.narrow(0, rank * u.shard_numel, u.shard_numel));
-        }
-        for (auto& p : module.named_parameters(true))
-          if (!index_of.count(p.value().unsafeGetTensorImpl())) p.value().detach().copy_(find(p.key(), p.value().sizes()));
-        for (auto& b : module.named_buffers(true)) b.value().detach().copy_(find(b.key(), b.value().sizes()));
-      }
-
-      std::int64_t held_bytes() const {
-        auto bytes = [](const torch::Tensor& t) {
-          return t.defined() ? t.numel() * static_cast<std::int64_t>(t.element_size()) : std::int64_t{0};
-        };
-        std::int64_t n = 0;
-        for (const auto& u : units) {
-          n += bytes(u.shard) + bytes(u.shard.grad()) + bytes(u.grad_full) + bytes(u.grad_piece);
-          if (u.gathered) n += static_cast<std::int64_t>(u.full_bytes());
-        }
-        for (const auto& p : module.parameters())
-          if (!index_of.count(p.unsafeGetTensorImpl())) n += bytes(p) + bytes(p.grad());
-        return n;
       }
     };
 
