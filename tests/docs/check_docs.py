@@ -16,7 +16,7 @@ import pathlib
 import re
 import sys
 
-FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([^\s`]*)\s*$")
+FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([^\s`]*)[^`]*$")  # the tag, then any info string
 MARK = re.compile(r"^\s*// \[([^\]]+)\]\s*$")
 
 

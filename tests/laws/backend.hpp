@@ -16,7 +16,9 @@
 //   - collectives issued without waiting complete in issue order on every rank: waiting for them
 //     in reverse order still gives every result;
 //   - barrier(): no rank leaves it before the last rank entered it.
-// Sizes: a short tensor and one of about 1M values (several rounds of a shared-memory channel).
+// Sizes: 7 and 4099 values for every collective, and a large case for sum and mean, reduce-scatter,
+// broadcast and allgather: about 1M values on one host (more than one round of gloo's
+// shared-memory slot), 64K between hosts.
 // `placement` says where the ranks believe they are: one_host (LOCAL_WORLD_SIZE = N; gloo then
 // takes its shared-memory path) or host_per_rank (LOCAL_WORLD_SIZE = 1; Gloo's TCP transport).
 // Tensors live on B::device(local rank), so tests/gpu can run the checker for backend::nccl
@@ -27,9 +29,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <torch/torch.h>
@@ -77,13 +81,14 @@ inline const char* name(reduce op) {
 template <class B>
 class rank_laws {
  public:
-  rank_laws(typename B::communicator& comm, torch::Device device, int rank, int world)
-      : comm_(comm), device_(device), rank_(rank), world_(world) {}
+  /// `big`: the size of the large case (see the header's comment).
+  rank_laws(typename B::communicator& comm, torch::Device device, int rank, int world, std::int64_t big)
+      : comm_(comm), device_(device), rank_(rank), world_(world), big_(big) {}
 
   std::vector<std::string> run() {
     expect(comm_.rank() == rank_, "rank() is " + std::to_string(comm_.rank()) + ", not " + std::to_string(rank_));
     expect(comm_.size() == world_, "size() is " + std::to_string(comm_.size()) + ", not " + std::to_string(world_));
-    for (const std::int64_t n : {std::int64_t{7}, std::int64_t{(1 << 20) + 3}}) {
+    for (const std::int64_t n : {std::int64_t{7}, std::int64_t{4099}}) {
       for (const auto op : {reduce::sum, reduce::mean, reduce::max, reduce::min}) {
         allreduce(n, op, torch::kFloat);
         reduce_scatter(n, op);
@@ -92,6 +97,11 @@ class rank_laws {
       for (int root = 0; root < world_; ++root) broadcast(n, root);
       allgather(n);
     }
+    allreduce(big_, reduce::sum, torch::kFloat);
+    allreduce(big_, reduce::mean, torch::kFloat);
+    reduce_scatter(big_, reduce::sum);
+    broadcast(big_, world_ - 1);
+    allgather(big_);
     in_issue_order();
     return failures_;
   }
@@ -110,13 +120,20 @@ class rank_laws {
       expect(false, s.str());
     }
   }
-  torch::Tensor on_device(const torch::Tensor& t) const { return t.to(device_); }
+  // A copy on the device (the collectives write into it; the inputs below are cached).
+  torch::Tensor on_device(const torch::Tensor& t) const { return t.to(device_, /*non_blocking=*/false, /*copy=*/true); }
+  // Rank q's input, made once per size and dtype (a million values take a while on one thread).
+  const torch::Tensor& input(int q, std::int64_t n, torch::ScalarType dtype) {
+    auto& t = inputs_[{q, n, static_cast<int>(dtype)}];
+    if (!t.defined()) t = detail::input(q, n, dtype);
+    return t;
+  }
   // The input of rank q for `op`: scaled by N for mean, so that the mean is an integer.
-  torch::Tensor input_for(int q, std::int64_t n, reduce op, torch::ScalarType dtype) const {
-    auto t = input(q, n, dtype);
+  torch::Tensor input_for(int q, std::int64_t n, reduce op, torch::ScalarType dtype) {
+    const auto& t = input(q, n, dtype);
     return op == reduce::mean ? t.mul(world_) : t;
   }
-  std::vector<torch::Tensor> inputs(std::int64_t n, reduce op, torch::ScalarType dtype) const {
+  std::vector<torch::Tensor> inputs(std::int64_t n, reduce op, torch::ScalarType dtype) {
     std::vector<torch::Tensor> all;
     for (int q = 0; q < world_; ++q) all.push_back(input_for(q, n, op, dtype));
     return all;
@@ -172,6 +189,8 @@ class rank_laws {
   typename B::communicator& comm_;
   torch::Device device_;
   int rank_, world_;
+  std::int64_t big_;
+  std::map<std::tuple<int, std::int64_t, int>, torch::Tensor> inputs_;
   std::vector<std::string> failures_;
 };
 
@@ -201,7 +220,10 @@ template <class B>
     who.store_on_driver = true;
     store = dtrain::launch::connect_store(who, timeout);
     typename B::communicator comm(store, who, timeout);
-    auto failures = rank_laws<B>(comm, B::device(who.local_rank), rank, world).run();
+    // Just over 4 MiB of floats on one host: more than one round of gloo's shared-memory slot;
+    // 256 KiB between hosts, where Gloo's TCP pairs move about 10 MB/s on a busy 2-core machine.
+    const std::int64_t big = where == placement::one_host ? (1 << 20) + 3 : (1 << 16) + 3;
+    auto failures = rank_laws<B>(comm, B::device(who.local_rank), rank, world, big).run();
     // The last rank enters the barrier late; nobody may leave before it entered.
     if (rank == world - 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
     store->set(key("enter", rank), dtrain::launch::to_bytes(std::to_string(now_ns())));
