@@ -1,0 +1,72 @@
+// docs/checkpoints.md's C++ block (a run with retention by score and restarts), and guide.md's
+// batch prediction block, which loads that run's best checkpoint. `snippets checkpoints run` runs both.
+
+#include "snippets.hpp"
+
+#include <iostream>
+#include <string>
+
+namespace snippets {
+namespace {
+
+int run_then_predict() {
+  const auto data = SmallFashionMnist::load();
+  // The test split's accuracy, every rank its block (as guide.md's evaluation block).
+  auto test_accuracy = [&](auto& ctx, Net& model) {
+    torch::NoGradGuard no_grad;
+    dtrain::evaluation::ConfusionMatrix cm(10);
+    for (auto batch : ctx.template shard<dtrain::sampler::sequential>(data.test(), 128 * ctx.world_size()))
+      cm.update(model->forward(batch.data), batch.target);
+    ctx.all_reduce(cm);
+    return cm.accuracy();
+  };
+  // [checkpoints.md]
+  using Trainer = dtrain::Trainer<Net, dtrain::data::FashionMnist, dtrain::checkpointer::directory<>>;
+
+  dtrain::RunConfig run{.storage_path = "runs", .name = "fmnist"};
+  run.checkpoint = {.num_to_keep = 2, .score_attribute = "test_accuracy", .score_order = dtrain::ScoreOrder::max};
+  run.failure.max_failures = 3;
+  Trainer trainer({.num_workers = 2}, run);
+  auto result = trainer.fit([&](Trainer::context& ctx) {
+    auto model = ctx.prepare_model(Net{});
+    torch::optim::Adam opt(model->parameters());
+    if (auto ck = ctx.get_checkpoint()) ck->restore(model, opt);   // model, optimizer, this rank's RNG
+    std::int64_t n = 0;                                             // a counter of the loop's own
+    for (auto epoch : ctx.epochs(10)) {                             // starts at the checkpoint's epoch
+      for (auto batch : ctx.shard(data.train(), 128)) {            // skips the batches it had consumed
+        opt.zero_grad();
+        ctx.backward(torch::nn::functional::cross_entropy(model->forward(batch.data), batch.target));
+        ctx.step(opt);
+        ++n;
+      }
+      const double acc = test_accuracy(ctx, model);           // guide.md's evaluation block
+      ctx.report({{"test_accuracy", acc}}, ctx.checkpoint(model, opt, {{"my_counter", n}}));
+    }
+  });
+  Net net;
+  result.best_checkpoint()->load_model(net);
+  // [checkpoints.md]
+  std::cout << "checkpoints: " << result.metrics_history.size() << " reports, best "
+            << result.best_checkpoint()->path().filename().string() << " of " << run.checkpoint.num_to_keep << " kept\n";
+  const auto images = data.test().data().narrow(0, 0, 4);
+  // [prediction]
+  using Predictor = dtrain::evaluation::Predictor<Net>;
+  const auto names = dtrain::evaluation::class_names(dtrain::data::FashionMnist::class_names);
+  auto predictor = Predictor::best(result.path, run.checkpoint, Net{}, names);  // best by score
+  // or Predictor::from_checkpoint(result.best_checkpoint()->path(), Net{}, names)
+  const auto p = predictor.predict(images);       // p[i].label, p[i].class_index, p[i].probabilities
+  // [prediction]
+  std::cout << "prediction: " << p[0].label << " (" << p[0].class_index << ")\n";
+  return 0;
+}
+
+}  // namespace
+
+int checkpoints(const std::string& block) {
+  fresh_directory("checkpoints_" + block);
+  if (block == "run") return run_then_predict();
+  std::cerr << "snippets checkpoints: no block " << block << "; the block is run\n";
+  return 2;
+}
+
+}  // namespace snippets

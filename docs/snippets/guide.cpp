@@ -1,0 +1,140 @@
+// docs/guide.md's C++ blocks, in the order the guide shows them. `snippets guide <block>` runs one.
+
+#include "snippets.hpp"
+
+#include <iostream>
+#include <string>
+
+namespace snippets {
+namespace {
+
+const SmallFashionMnist& data() {
+  static const SmallFashionMnist d = SmallFashionMnist::load();
+  return d;
+}
+
+int trainer_and_configuration() {
+  // [trainer]
+  using Trainer = dtrain::Trainer<Net,                          // Model
+                                  dtrain::data::FashionMnist,   // Dataset
+                                  dtrain::strategy::fsdp<>>;    // Policies...: at most one per category
+  // [trainer]
+  // [run configuration]
+  Trainer trainer(dtrain::ScalingConfig{.num_workers = 2, .threads_per_worker = 1},
+                  dtrain::RunConfig{.storage_path = "runs", .name = "fmnist",
+                                    .rendezvous_timeout = std::chrono::seconds(60),
+                                    .collective_timeout = std::chrono::seconds(300)});
+  // [run configuration]
+  std::cout << "trainer: " << trainer.scaling_config().num_workers << " workers, run directory "
+            << trainer.run_config().path().string() << '\n';
+  return 0;
+}
+
+int sharded() {
+  const auto& data = snippets::data();
+  // [fsdp]
+  using Trainer = dtrain::Trainer<Net, dtrain::data::FashionMnist, dtrain::checkpointer::directory<>,
+                                  dtrain::strategy::fsdp<>>;   // or strategy::ddp<>
+  Trainer trainer({.num_workers = 2}, {.storage_path = "runs", .name = "fsdp"});
+  auto result = trainer.fit([&](auto& ctx) {
+    auto model = ctx.prepare_model(Net{});
+    torch::optim::Adam opt(ctx.parameters(model), 1e-3);      // not model->parameters()
+    if (auto ck = ctx.get_checkpoint()) ck->restore(model, opt);
+    for (auto epoch : ctx.epochs(10)) {
+      for (const dtrain::data::Batch& batch : ctx.shard(data.train(), 128)) {
+        opt.zero_grad();
+        torch::Tensor loss = torch::nn::functional::cross_entropy(ctx.forward(model, batch.data), batch.target);
+        ctx.backward(loss);
+        ctx.step(opt);
+      }
+      ctx.report({{"epoch", epoch}}, ctx.checkpoint(model, opt));
+    }
+  });
+  // [fsdp]
+  std::cout << "fsdp: " << result.metrics_history.size() << " reports, latest "
+            << result.latest_checkpoint()->path().filename().string() << '\n';
+  return 0;
+}
+
+int checkpoints_in_the_loop() {
+  const auto& data = snippets::data();
+  using Trainer = dtrain::Trainer<Net, dtrain::data::FashionMnist, dtrain::checkpointer::directory<>>;
+  Trainer trainer({.num_workers = 2}, {.storage_path = "runs", .name = "checkpoints"});
+  auto result = trainer.fit([&](Trainer::context& ctx) {
+    auto model = ctx.prepare_model(Net{});
+    torch::optim::SGD opt(model->parameters(), 0.05);
+    std::int64_t n = 0;
+    auto train_step = [&](const dtrain::data::Batch& batch) {
+      opt.zero_grad();
+      ctx.backward(torch::nn::functional::cross_entropy(model->forward(batch.data), batch.target));
+      ctx.step(opt);
+      ++n;
+    };
+    auto val_loss = [&] {
+      torch::NoGradGuard no_grad;
+      const auto& test = data.test();
+      return torch::nn::functional::cross_entropy(model->forward(test.data()), test.targets()).template item<double>();
+    };
+    // [checkpoints]
+    if (auto ck = ctx.get_checkpoint()) ck->restore(model, opt);      // resume: model, optimizer, RNG
+    for (auto epoch : ctx.epochs(10)) {                                // from the checkpoint's epoch
+      for (auto batch : ctx.shard(data.train(), 128)) train_step(batch);  // skipping consumed batches
+      ctx.report({{"val_loss", val_loss()}}, ctx.checkpoint(model, opt, {{"my_counter", n}}));
+    }
+    // [checkpoints]
+  });
+  std::cout << "checkpoints: " << result.metrics_history.size() << " reports, val_loss "
+            << result.metrics.at("val_loss").number() << '\n';
+  return 0;
+}
+
+int evaluation() {
+  const auto& data = snippets::data();
+  using Trainer = dtrain::Trainer<Net, dtrain::data::FashionMnist>;
+  Trainer trainer({.num_workers = 3}, {.storage_path = "runs", .name = "evaluation"});
+  auto result = trainer.fit([&](Trainer::context& ctx) {
+    auto model = ctx.prepare_model(Net{});
+    torch::optim::Adam opt(model->parameters(), 1e-3);
+    for (auto epoch : ctx.epochs(3)) {
+      (void)epoch;
+      for (auto batch : ctx.shard(data.train(), 96)) {
+        opt.zero_grad();
+        ctx.backward(torch::nn::functional::cross_entropy(model->forward(batch.data), batch.target));
+        ctx.step(opt);
+      }
+    }
+    torch::NoGradGuard no_grad;
+    // [evaluation]
+    dtrain::evaluation::ConfusionMatrix cm(10);
+    for (auto batch : ctx.shard<dtrain::sampler::sequential>(data.test(), 1000 * ctx.world_size()))
+      cm.update(model->forward(batch.data), batch.target);
+    ctx.all_reduce(cm);
+    ctx.report(cm.summary("test_"));
+    // [evaluation]
+  });
+  std::cout << "evaluation: test_accuracy " << result.metrics.at("test_accuracy").number() << ", test_f1_macro "
+            << result.metrics.at("test_f1_macro").number() << '\n';
+  return 0;
+}
+
+}  // namespace
+
+int guide(const std::string& block) {
+  fresh_directory("guide_" + block);
+  if (block == "trainer") return trainer_and_configuration();
+  if (block == "fsdp") return sharded();
+  if (block == "checkpoints") return checkpoints_in_the_loop();
+  if (block == "evaluation") return evaluation();
+  std::cerr << "snippets guide: no block " << block << "; the blocks are trainer, fsdp, checkpoints, evaluation\n";
+  return 2;
+}
+
+}  // namespace snippets
+
+int main(int argc, char** argv) {
+  const std::string doc = argc > 1 ? argv[1] : "", block = argc > 2 ? argv[2] : "";
+  if (doc == "guide") return snippets::guide(block);
+  if (doc == "checkpoints") return snippets::checkpoints(block);
+  std::cerr << "usage: snippets guide|checkpoints <block>\n";
+  return 2;
+}
