@@ -133,6 +133,8 @@ function(consume project build include_dir program)
       if(NOT path MATCHES "/dtrain/[^ ]*\\.hpp$")
         continue()
       endif()
+      # Relative paths (ccache's CCACHE_BASEDIR rewrites them so) are relative to the build tree.
+      get_filename_component(path "${path}" ABSOLUTE BASE_DIR "${build}")
       math(EXPR dtrain_headers "${dtrain_headers} + 1")
       string(FIND "${path}" "${include_dir}/dtrain/" at)
       if(NOT at EQUAL 0)
