@@ -14,7 +14,8 @@ function(dtrain_find_gloo_headers error_var)
     return()
   endif()
   find_path(DTRAIN_GLOO_INCLUDE_DIR gloo/algorithm.h
-            HINTS ${Gloo_ROOT} $ENV{Gloo_ROOT} PATH_SUFFIXES include
+            # LibTorch's own include directories first: PyTorch's wheels carry Gloo's headers.
+            HINTS ${Gloo_ROOT} $ENV{Gloo_ROOT} ${TORCH_INCLUDE_DIRS} PATH_SUFFIXES include
             DOC "The directory holding Gloo's headers (gloo/algorithm.h)")
   if(NOT DTRAIN_GLOO_INCLUDE_DIR)
     set(${error_var}
