@@ -185,6 +185,26 @@ if(MODE MATCHES "^(installed|relocated)$")
   if(NOT dtrain_dir MATCHES "=${prefix}/share/cmake/dtrain$")
     fail("find_package(dtrain) used ${dtrain_dir}, not the package under ${prefix}")
   endif()
+  if(MODE STREQUAL "installed")
+    # Below 1.0 only the same minor version is compatible: a project written for the previous minor
+    # version must not get this one (SameMajorVersion would hand 0.1 to find_package(dtrain 0.0)).
+    file(STRINGS "${prefix}/share/cmake/dtrain/dtrainConfigVersion.cmake" version_line
+         REGEX "^set\\(PACKAGE_VERSION \"[0-9.]+\"\\)")
+    string(REGEX MATCH "([0-9]+)\\.([0-9]+)" _ "${version_line}")
+    set(major "${CMAKE_MATCH_1}")
+    set(minor "${CMAKE_MATCH_2}")
+    if(major EQUAL 0 AND minor GREATER 0)
+      math(EXPR older_minor "${minor} - 1")
+      set(older "0.${older_minor}")
+      file(WRITE "${work}/older/CMakeLists.txt"
+           "cmake_minimum_required(VERSION 3.24)\nproject(older LANGUAGES NONE)\n"
+           "find_package(dtrain ${older} CONFIG QUIET)\n"
+           "if(dtrain_FOUND)\n  message(FATAL_ERROR \"find_package(dtrain ${older}) accepted \${dtrain_VERSION}\")\nendif()\n")
+      step("find_package(dtrain ${older}) refusing dtrain ${major}.${minor}" "${CMAKE_COMMAND}"
+           -S "${work}/older" -B "${work}/older-build" "-DCMAKE_PREFIX_PATH=${prefix}"
+           -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
+    endif()
+  endif()
 
 elseif(MODE STREQUAL "buildtree")
   if(NOT EXISTS "${DTRAIN_BINARY_DIR}/dtrainTargets.cmake")
