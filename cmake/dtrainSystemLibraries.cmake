@@ -17,12 +17,13 @@ function(dtrain_find_gloo_headers error_var)
             # LibTorch's own include directories first: PyTorch's wheels carry Gloo's headers.
             HINTS ${Gloo_ROOT} $ENV{Gloo_ROOT} ${TORCH_INCLUDE_DIRS} PATH_SUFFIXES include
             DOC "The directory holding Gloo's headers (gloo/algorithm.h)")
-  if(NOT DTRAIN_GLOO_INCLUDE_DIR)
-    set(${error_var}
-        "Gloo's headers (gloo/algorithm.h) were not found. dtrain's backend::gloo includes LibTorch's "
+  if(NOT EXISTS "${DTRAIN_GLOO_INCLUDE_DIR}/gloo/algorithm.h")   # not found, or set to a wrong place
+    string(CONCAT message
+        "Gloo's headers (gloo/algorithm.h) were not found (DTRAIN_GLOO_INCLUDE_DIR: "
+        "${DTRAIN_GLOO_INCLUDE_DIR}). dtrain's backend::gloo includes LibTorch's "
         "ProcessGroupGloo.hpp, which includes them. Install them (Debian and Ubuntu: apt-get install "
-        "libgloo-dev) or set DTRAIN_GLOO_INCLUDE_DIR to the directory that holds gloo/algorithm.h."
-        PARENT_SCOPE)
+        "libgloo-dev) or set DTRAIN_GLOO_INCLUDE_DIR to the directory that holds gloo/algorithm.h.")
+    set(${error_var} "${message}" PARENT_SCOPE)
     return()
   endif()
   add_library(dtrain::gloo_headers INTERFACE IMPORTED ${ARGN})
@@ -47,10 +48,10 @@ function(dtrain_find_nccl error_var)
                PATH_SUFFIXES lib lib64
                DOC "NCCL's library (libnccl.so)")
   if(NOT DTRAIN_NCCL_INCLUDE_DIR OR NOT DTRAIN_NCCL_LIBRARY)
-    set(${error_var}
+    string(CONCAT message
         "NCCL was not found (nccl.h: ${DTRAIN_NCCL_INCLUDE_DIR}, libnccl: ${DTRAIN_NCCL_LIBRARY}). "
-        "Install NCCL's development files (NVIDIA's libnccl-dev) or set NCCL_ROOT to its prefix."
-        PARENT_SCOPE)
+        "Install NCCL's development files (NVIDIA's libnccl-dev) or set NCCL_ROOT to its prefix.")
+    set(${error_var} "${message}" PARENT_SCOPE)
     return()
   endif()
   add_library(dtrain::nccl UNKNOWN IMPORTED ${ARGN})

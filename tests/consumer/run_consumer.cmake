@@ -204,6 +204,17 @@ if(MODE MATCHES "^(installed|relocated)$")
            -S "${work}/older" -B "${work}/older-build" "-DCMAKE_PREFIX_PATH=${prefix}"
            -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
     endif()
+    # Without Gloo's headers find_package(dtrain) fails, saying which package to install.
+    file(WRITE "${work}/no-gloo/CMakeLists.txt"
+         "cmake_minimum_required(VERSION 3.24)\nproject(no_gloo LANGUAGES CXX)\n"
+         "find_package(dtrain CONFIG REQUIRED)\n")
+    execute_process(COMMAND "${CMAKE_COMMAND}" -S "${work}/no-gloo" -B "${work}/no-gloo-build"
+                            ${common_args} "-DDTRAIN_GLOO_INCLUDE_DIR=${work}/no-gloo"
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+    string(REGEX REPLACE "[ \t\r\n]+" " " out "${out}")
+    if(rc EQUAL 0 OR NOT out MATCHES "Gloo's headers \\(gloo/algorithm.h\\) were not found.*apt-get install libgloo-dev")
+      fail("find_package(dtrain) without Gloo's headers did not fail naming libgloo-dev (exit status ${rc}):\n${out}")
+    endif()
   endif()
 
 elseif(MODE STREQUAL "buildtree")
