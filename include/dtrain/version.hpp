@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // dtrain's version, and the inline namespace that keeps two versions apart in one binary.
 

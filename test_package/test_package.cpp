@@ -1,6 +1,8 @@
+// SPDX-License-Identifier: Apache-2.0
 // A program that uses dtrain as a dependency: two ranks' shares of a TensorDataset under
-// sampler::distributed<>, and the Trainer type a real program would fit. Prints one line that
-// tests/consumer checks.
+// sampler::distributed<>, and the Trainer type a real program would fit. Prints one line that the
+// package tests check. It is Conan's test_package and the one source every consumer test
+// (tests/consumer) builds: `test_package [how dtrain was found]`.
 
 #include <dtrain/dtrain.hpp>
 
@@ -11,11 +13,8 @@
 
 #include <torch/nn/modules/linear.h>
 
-#ifndef DTRAIN_CONSUMER_MODE
-#define DTRAIN_CONSUMER_MODE "unknown"
-#endif
-
-int main() {
+int main(int argc, char** argv) {
+  const char* how = argc > 1 ? argv[1] : "package";
   constexpr std::int64_t n = 10;
   constexpr int world = 2;
   // Sample i: three features 3i, 3i+1, 3i+2 and the target i.
@@ -51,8 +50,9 @@ int main() {
       return 1;
     }
 
-  std::printf("dtrain %d.%d.%d (%s): %d ranks cover %lld samples, batches of [%lld, %lld]\n",
-              DTRAIN_VERSION_MAJOR, DTRAIN_VERSION_MINOR, DTRAIN_VERSION_PATCH, DTRAIN_CONSUMER_MODE,
-              world, (long long)n, (long long)per_rank, (long long)features);
+  // DTRAIN_WITH_CUDA comes from the package (the target's compile definition), never guessed here.
+  std::printf("dtrain %d.%d.%d (%s): %d ranks cover %lld samples, batches of [%lld, %lld], DTRAIN_WITH_CUDA=%d\n",
+              DTRAIN_VERSION_MAJOR, DTRAIN_VERSION_MINOR, DTRAIN_VERSION_PATCH, how, world, (long long)n,
+              (long long)per_rank, (long long)features, DTRAIN_WITH_CUDA);
   return 0;
 }

@@ -1,0 +1,61 @@
+# SPDX-License-Identifier: Apache-2.0
+# The libraries dtrain uses that come without a CMake package it can count on: Gloo's headers
+# (backend::gloo includes LibTorch's ProcessGroupGloo.hpp, which includes them, and LibTorch's
+# package does not add them) and NCCL (the CUDA path). dtrain's own build and its installed package
+# config both use these functions, so a consumer finds the same files dtrain was built with.
+#
+# Each function creates an imported target, or sets <error_var> to a message that says what to
+# install. Extra arguments (GLOBAL) go to add_library.
+
+# dtrain::gloo_headers: Gloo's include directory.
+function(dtrain_find_gloo_headers error_var)
+  set(${error_var} "" PARENT_SCOPE)
+  if(TARGET dtrain::gloo_headers)
+    return()
+  endif()
+  find_path(DTRAIN_GLOO_INCLUDE_DIR gloo/algorithm.h
+            # LibTorch's own include directories first: PyTorch's wheels carry Gloo's headers.
+            HINTS ${Gloo_ROOT} $ENV{Gloo_ROOT} ${TORCH_INCLUDE_DIRS} PATH_SUFFIXES include
+            DOC "The directory holding Gloo's headers (gloo/algorithm.h)")
+  if(NOT EXISTS "${DTRAIN_GLOO_INCLUDE_DIR}/gloo/algorithm.h")   # not found, or set to a wrong place
+    string(CONCAT message
+        "Gloo's headers (gloo/algorithm.h) were not found (DTRAIN_GLOO_INCLUDE_DIR: "
+        "${DTRAIN_GLOO_INCLUDE_DIR}). dtrain's backend::gloo includes LibTorch's "
+        "ProcessGroupGloo.hpp, which includes them. Install them (Debian and Ubuntu: apt-get install "
+        "libgloo-dev) or set DTRAIN_GLOO_INCLUDE_DIR to the directory that holds gloo/algorithm.h.")
+    set(${error_var} "${message}" PARENT_SCOPE)
+    return()
+  endif()
+  add_library(dtrain::gloo_headers INTERFACE IMPORTED ${ARGN})
+  set_target_properties(dtrain::gloo_headers PROPERTIES
+                        INTERFACE_INCLUDE_DIRECTORIES "${DTRAIN_GLOO_INCLUDE_DIR}")
+endfunction()
+
+# dtrain::nccl: NCCL's header and library. Looks in NCCL_ROOT, then next to the CUDA toolkit.
+function(dtrain_find_nccl error_var)
+  set(${error_var} "" PARENT_SCOPE)
+  if(TARGET dtrain::nccl)
+    return()
+  endif()
+  find_path(DTRAIN_NCCL_INCLUDE_DIR nccl.h
+            HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_ROOT}
+                  /usr/local/cuda
+            PATH_SUFFIXES include
+            DOC "The directory holding NCCL's header (nccl.h)")
+  find_library(DTRAIN_NCCL_LIBRARY NAMES nccl libnccl.so.2
+               HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_ROOT}
+                     /usr/local/cuda
+               PATH_SUFFIXES lib lib64
+               DOC "NCCL's library (libnccl.so)")
+  if(NOT DTRAIN_NCCL_INCLUDE_DIR OR NOT DTRAIN_NCCL_LIBRARY)
+    string(CONCAT message
+        "NCCL was not found (nccl.h: ${DTRAIN_NCCL_INCLUDE_DIR}, libnccl: ${DTRAIN_NCCL_LIBRARY}). "
+        "Install NCCL's development files (NVIDIA's libnccl-dev) or set NCCL_ROOT to its prefix.")
+    set(${error_var} "${message}" PARENT_SCOPE)
+    return()
+  endif()
+  add_library(dtrain::nccl UNKNOWN IMPORTED ${ARGN})
+  set_target_properties(dtrain::nccl PROPERTIES
+                        IMPORTED_LOCATION "${DTRAIN_NCCL_LIBRARY}"
+                        INTERFACE_INCLUDE_DIRECTORIES "${DTRAIN_NCCL_INCLUDE_DIR}")
+endfunction()
