@@ -3,11 +3,16 @@
 
 #include "../dtrain_catch.hpp"
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <cuda_runtime_api.h>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
@@ -91,6 +96,48 @@ TEST_CASE("the communication stream waits for the compute stream's kernels", "[g
   const auto expected = t.clone();
   comm.allreduce(t, d::reduce::sum).wait();
   CHECK(torch::equal(t, expected));
+}
+
+TEST_CASE("the watchdog aborts a collective past the timeout and the error names it", "[gpu][nccl]") {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  d::backend::nccl::communicator comm(store, one_rank(), std::chrono::milliseconds(3000));
+  // A host function holds the compute stream, so the allreduce, ordered after it, cannot start: to
+  // the watchdog that is a collective whose peers never come.
+  static std::atomic<bool> release{false};
+  release = false;
+  auto t = torch::ones({1024}, torch::TensorOptions().device(gpu));
+  const auto compute = c10::cuda::getCurrentCUDAStream(0);
+  REQUIRE(cudaLaunchHostFunc(
+              compute.stream(),
+              [](void*) {
+                const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+                while (!release && std::chrono::steady_clock::now() < until)
+                  std::this_thread::sleep_for(std::chrono::milliseconds(1));
+              },
+              nullptr) == cudaSuccess);
+  auto work = comm.allreduce(t, d::reduce::sum);
+  const auto start = std::chrono::steady_clock::now();
+  std::string error;
+  while (error.empty() && std::chrono::steady_clock::now() - start < std::chrono::seconds(20)) {
+    try {
+      work.wait();
+    } catch (const d::WorkerError& e) {
+      error = e.what();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const auto waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  release = true;
+  compute.synchronize();  // the host function returns; the aborted collective's stream is left alone
+  INFO("error after " << waited << " s: " << error);
+  CHECK_THAT(error, Catch::Contains("allreduce of 1024 values on rank 0 did not complete within 3000 ms") &&
+                        Catch::Contains("collective_timeout"));
+  CHECK(waited >= 2.9);
+  CHECK(waited < 10);
+  // Every later call fails the same way instead of hanging on the aborted communicator.
+  auto u = torch::ones({4}, torch::TensorOptions().device(gpu));
+  CHECK_THROWS_WITH(comm.allreduce(u), Catch::Contains("allreduce of 1024 values"));
+  CHECK_THROWS_WITH(comm.barrier(), Catch::Contains("did not complete within 3000 ms"));
 }
 
 TEST_CASE("amp<fp16>: autocast on the GPU, and a step within tolerance of fp32's", "[gpu][amp]") {
