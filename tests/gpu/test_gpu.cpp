@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <cuda_runtime_api.h>
+#include <nccl.h>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
@@ -47,9 +48,13 @@ std::vector<torch::Tensor> snapshot(const torch::nn::Sequential& m) {
 
 }  // namespace
 
-TEST_CASE("a CUDA device is visible", "[gpu]") {
+TEST_CASE("a CUDA device is visible, and the NCCL loaded is the one nccl.h describes", "[gpu]") {
   REQUIRE(torch::cuda::is_available());
   REQUIRE(DTRAIN_WITH_CUDA);
+  // CMake must link NCCL_ROOT's library, not another libnccl of a different version on the system.
+  int loaded = 0;
+  REQUIRE(ncclGetVersion(&loaded) == ncclSuccess);
+  CHECK(loaded == NCCL_VERSION_CODE);
 }
 
 TEST_CASE("backend::nccl at world size 1: every collective, on the communication stream", "[gpu][nccl]") {
