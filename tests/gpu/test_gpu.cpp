@@ -18,6 +18,9 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
 
+// idx.hpp first: its namespace data::detail must not hide dtrain::detail from prefetch.hpp's CUDA
+// transfer (it did, and only a CUDA build of a file including both in this order failed).
+#include <dtrain/data/idx.hpp>
 #include <dtrain/dtrain.hpp>
 
 namespace {
