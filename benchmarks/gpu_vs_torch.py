@@ -11,7 +11,7 @@ PyTorch's default buckets, `batch` samples per GPU per step:
   cnn          the Fashion-MNIST CNN (conv32-conv64-fc128-fc10) on 60 000 synthetic 1x28x28 images
   transformer  one pre-norm transformer block as a language model (token and position embeddings,
                multi-head attention through scaled_dot_product_attention, a 4x GELU MLP, a
-               vocabulary head) on random token sequences, next-token cross-entropy
+               vocabulary head) on 4096 random token sequences, next-token cross-entropy
 Python torch: DistributedDataParallel, torch.autocast (+ torch.amp.GradScaler for fp16), batches
 gathered on the CPU, pinned and copied with non_blocking=True. dtrain: tests/gpu/train_gpu.cpp
 (backend::nccl, strategy::ddp<>, amp<...>, ctx.shard()'s prefetcher), the same model and loop.
@@ -239,7 +239,7 @@ def main():
         a = argparse.Namespace(**vars(args), model=model, precision=precision,
                                steps=args.cnn_steps if cnn else args.tf_steps,
                                batch=args.cnn_batch if cnn else args.tf_batch,
-                               samples=60000 if cnn else max(512, 4 * args.tf_batch * args.workers))
+                               samples=60000 if cnn else max(4096, 4 * args.tf_batch * args.workers))
         ours, theirs = [], []
         for _ in range(args.repeats):
             theirs.append(run_torch(a))
