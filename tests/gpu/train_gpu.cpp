@@ -13,6 +13,7 @@
 //   train_gpu --model cnn --epochs E --samples N --name RUN [--save FILE]
 //             checkpointed run: checkpoint_* after every epoch, resumes from the newest one, and
 //             --save writes rank 0's final parameters (tests/gpu: resumed bitwise)
+//   train_gpu ... --plain 1     the same loop in plain LibTorch C++, without the Trainer (one GPU)
 //   train_gpu --compare FILE_A FILE_B    exit 0 when the two saved parameter sets are bitwise equal
 
 #include <dtrain/dtrain.hpp>
@@ -32,6 +33,7 @@ namespace {
 struct Args {
   std::string model = "cnn", precision = "fp16", name = "train_gpu", save;
   int workers = 1, steps = 300, warmup = 30, epochs = 0;
+  bool plain = false;
   std::int64_t batch = 256;  // per worker
   std::int64_t samples = 60000, d_model = 2048, heads = 16, seq = 1024, vocab = 8192;
 };
@@ -152,6 +154,43 @@ int benchmark(const Args& a, Make make_model, const dtrain::data::TensorDataset&
   return 0;
 }
 
+// The same loop in plain LibTorch C++, without the Trainer (no worker process, DDP, prefetcher):
+// what dtrain's machinery costs, apart from LibTorch's C++ API against Python's.
+template <class Precision, class Model, class Make>
+int plain(const Args& a, Make make_model, const dtrain::data::TensorDataset& data) {
+  const torch::Device dev(torch::kCUDA, 0);
+  torch::manual_seed(1);
+  Model model = make_model();
+  model->to(dev);
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  typename Precision::state precision(dev);
+  auto gen = at::detail::createCPUGenerator(7);
+  torch::Tensor loss;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int step = 0; step < a.warmup + a.steps; ++step) {
+    if (step == a.warmup) {
+      c10::cuda::device_synchronize();
+      t0 = std::chrono::steady_clock::now();
+    }
+    const auto idx = at::randint(0, data.size(), {a.batch}, gen);
+    auto b = data.get_batch(idx);
+    const auto x = b.data.pin_memory().to(dev, true), y = b.target.pin_memory().to(dev, true);
+    sgd.zero_grad();
+    {
+      auto autocast = precision.autocast();
+      loss = loss_of(model->forward(x), y);
+    }
+    precision.backward(loss);
+    precision.step(sgd);
+  }
+  c10::cuda::device_synchronize();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::cout << "{\"impl\": \"libtorch\", \"model\": \"" << a.model << "\", \"precision\": \"" << a.precision
+            << "\", \"samples_per_s\": " << a.steps * a.batch / seconds << ", \"loss\": " << loss.item<double>() << "}"
+            << std::endl;
+  return 0;
+}
+
 // Checkpointed training over whole epochs: resumes from the run's newest checkpoint, so a run
 // stopped after some epochs and started again ends where an uninterrupted one does.
 template <class Precision>
@@ -218,6 +257,8 @@ int compare(const std::string& file_a, const std::string& file_b) {
 template <class Precision>
 int run(const Args& a, double launched) {
   if (a.epochs > 0) return checkpointed<Precision>(a);
+  if (a.plain && a.model == "cnn") return plain<Precision, torch::nn::Sequential>(a, cnn, images(a.samples));
+  if (a.plain && a.model == "transformer") return plain<Precision, BlockLM>(a, [&] { return BlockLM(a); }, sequences(a));
   if (a.model == "cnn") return benchmark<torch::nn::Sequential, Precision>(a, cnn, images(a.samples), launched);
   if (a.model == "transformer")
     return benchmark<BlockLM, Precision>(a, [&] { return BlockLM(a); }, sequences(a), launched);
@@ -248,6 +289,7 @@ int main(int argc, char** argv) try {
     else if (f == "--seq") a.seq = std::stoll(v);
     else if (f == "--vocab") a.vocab = std::stoll(v);
     else if (f == "--launched") launched = std::stod(v);
+    else if (f == "--plain") a.plain = v == "1";
     else throw std::invalid_argument("unknown flag " + f);
   }
   if (argc % 2 == 0) throw std::invalid_argument(std::string("flag ") + argv[argc - 1] + " has no value");
