@@ -66,7 +66,9 @@ struct BlockLMImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& tokens) {
     const auto b = tokens.size(0), s = tokens.size(1), d = tok->weight.size(1);
     auto h = tok(tokens) + pos->weight.narrow(0, 0, s);
-    auto q_k_v = qkv(ln1(h)).view({b, s, 3, heads, d / heads}).permute({2, 0, 3, 1, 4});
+    // unbind, as Python's `q, k, v = ...` does: its backward is one stack, where three selects
+    // would each fill a zero tensor of the whole qkv gradient and then be summed.
+    auto q_k_v = qkv(ln1(h)).view({b, s, 3, heads, d / heads}).permute({2, 0, 3, 1, 4}).unbind(0);
     auto att = at::scaled_dot_product_attention(q_k_v[0], q_k_v[1], q_k_v[2]);
     h = h + proj(att.transpose(1, 2).reshape({b, s, d}));
     h = h + fc2(torch::gelu(fc1(ln2(h))));
