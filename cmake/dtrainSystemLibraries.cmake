@@ -42,7 +42,9 @@ function(dtrain_find_nccl error_var)
                   /usr/local/cuda
             PATH_SUFFIXES include
             DOC "The directory holding NCCL's header (nccl.h)")
-  find_library(DTRAIN_NCCL_LIBRARY NAMES nccl libnccl.so.2
+  # NAMES_PER_DIR: NCCL_ROOT's libnccl.so.2 (a wheel has no libnccl.so) before a system libnccl.so
+  # whose version need not match the nccl.h found there.
+  find_library(DTRAIN_NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR
                HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_ROOT}
                      /usr/local/cuda
                PATH_SUFFIXES lib lib64

@@ -127,13 +127,13 @@ class cuda_transfer {
 
   struct pending {
     Batch batch;
-    std::shared_ptr<detail::cuda_event> ready;
+    std::shared_ptr<dtrain::detail::cuda_event> ready;
   };
 
   pending start(Batch b) {
     c10::cuda::CUDAGuard on_device(device_);
     c10::cuda::CUDAStreamGuard on_copy_stream(copy_);
-    pending p{{to_device(b.data), to_device(b.target)}, std::make_shared<detail::cuda_event>()};
+    pending p{{to_device(b.data), to_device(b.target)}, std::make_shared<dtrain::detail::cuda_event>()};
     p.ready->record(copy_);
     return p;
   }
