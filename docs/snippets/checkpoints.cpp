@@ -15,7 +15,7 @@ int run_then_predict() {
   auto test_accuracy = [&](auto& ctx, Net& model) {
     torch::NoGradGuard no_grad;
     dtrain::evaluation::ConfusionMatrix cm(10);
-    for (auto batch : ctx.template shard<dtrain::sampler::sequential>(data.test(), 128 * ctx.world_size()))
+    for (auto batch : ctx.shard(data.test(), 128 * ctx.world_size(), dtrain::sampler::sequential{}))
       cm.update(model->forward(batch.data), batch.target);
     ctx.all_reduce(cm);
     return cm.accuracy();
@@ -30,7 +30,7 @@ int run_then_predict() {
   auto result = trainer.fit([&](Trainer::context& ctx) {
     auto model = ctx.prepare_model(Net{});
     torch::optim::Adam opt(model->parameters());
-    if (auto ck = ctx.get_checkpoint()) ck->restore(model, opt);   // model, optimizer, this rank's RNG
+    if (auto ck = ctx.get_checkpoint()) ctx.restore(*ck, model, opt);  // model, optimizer, this rank's RNG
     std::int64_t n = 0;                                             // a counter of the loop's own
     for (auto epoch : ctx.epochs(10)) {                             // starts at the checkpoint's epoch
       for (auto batch : ctx.shard(data.train(), 128)) {            // skips the batches it had consumed

@@ -11,7 +11,7 @@ int main() {
   using Trainer = dtrain::Trainer<Net, dtrain::data::FashionMnist,
                                   dtrain::backend::nccl,                               // one GPU per worker
                                   dtrain::precision::amp<dtrain::precision::fp16>>;    // autocast + loss scaling
-  Trainer trainer({.num_workers = 4, .use_gpu = true});
+  Trainer trainer({.num_workers = 4});  // one GPU per worker: backend::nccl decides
   trainer.fit([&](Trainer::context& ctx) {
     auto model = ctx.prepare_model(Net());                 // moved to cuda:LOCAL_RANK, DDP-wrapped
     torch::optim::SGD sgd(model->parameters(), 0.05);

@@ -39,7 +39,7 @@ int sharded() {
   auto result = trainer.fit([&](auto& ctx) {
     auto model = ctx.prepare_model(Net{});
     torch::optim::Adam opt(ctx.parameters(model), 1e-3);      // not model->parameters()
-    if (auto ck = ctx.get_checkpoint()) ck->restore(model, opt);
+    if (auto ck = ctx.get_checkpoint()) ctx.restore(*ck, model, opt);
     for (auto epoch : ctx.epochs(10)) {
       for (const dtrain::data::Batch& batch : ctx.shard(data.train(), 128)) {
         opt.zero_grad();
@@ -76,7 +76,7 @@ int checkpoints_in_the_loop() {
       return torch::nn::functional::cross_entropy(model->forward(test.data()), test.targets()).template item<double>();
     };
     // [checkpoints]
-    if (auto ck = ctx.get_checkpoint()) ck->restore(model, opt);      // resume: model, optimizer, RNG
+    if (auto ck = ctx.get_checkpoint()) ctx.restore(*ck, model, opt);  // resume: model, optimizer, RNG
     for (auto epoch : ctx.epochs(10)) {                                // from the checkpoint's epoch
       for (auto batch : ctx.shard(data.train(), 128)) train_step(batch);  // skipping consumed batches
       ctx.report({{"val_loss", val_loss()}}, ctx.checkpoint(model, opt, {{"my_counter", n}}));
@@ -106,7 +106,7 @@ int evaluation() {
     torch::NoGradGuard no_grad;
     // [evaluation]
     dtrain::evaluation::ConfusionMatrix cm(10);
-    for (auto batch : ctx.shard<dtrain::sampler::sequential>(data.test(), 1000 * ctx.world_size()))
+    for (auto batch : ctx.shard(data.test(), 1000 * ctx.world_size(), dtrain::sampler::sequential{}))
       cm.update(model->forward(batch.data), batch.target);
     ctx.all_reduce(cm);
     ctx.report(cm.summary("test_"));

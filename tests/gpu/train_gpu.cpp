@@ -103,7 +103,7 @@ torch::Tensor loss_of(const torch::Tensor& logits, const torch::Tensor& target) 
 template <class Model, class Precision, class Make>
 int benchmark(const Args& a, Make make_model, const dtrain::data::TensorDataset& data, double launched) {
   using Trainer = dtrain::Trainer<Model, dtrain::data::TensorDataset, dtrain::backend::nccl, Precision>;
-  Trainer trainer({.num_workers = a.workers, .use_gpu = true}, {.storage_path = "gpu_runs", .name = a.name});
+  Trainer trainer({.num_workers = a.workers}, {.storage_path = "gpu_runs", .name = a.name});
   const auto result = trainer.fit([&](typename Trainer::context& ctx) {
     torch::manual_seed(1);
     auto model = ctx.prepare_model(make_model());
@@ -200,7 +200,7 @@ int checkpointed(const Args& a) {
   using Trainer = dtrain::Trainer<torch::nn::Sequential, dtrain::data::TensorDataset, dtrain::backend::nccl,
                                   Precision, dtrain::checkpointer::directory<>>;
   const auto data = images(a.samples);
-  Trainer trainer({.num_workers = a.workers, .use_gpu = true}, {.storage_path = "gpu_runs", .name = a.name});
+  Trainer trainer({.num_workers = a.workers}, {.storage_path = "gpu_runs", .name = a.name});
   const auto result = trainer.fit([&](typename Trainer::context& ctx) {
     // Deterministic cuDNN kernels, so that two runs compute the same bits.
     at::globalContext().setDeterministicCuDNN(true);
@@ -208,7 +208,7 @@ int checkpointed(const Args& a) {
     torch::manual_seed(1);
     auto model = ctx.prepare_model(cnn());
     torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
-    if (auto ck = ctx.get_checkpoint()) ck->restore(model, sgd);
+    if (auto ck = ctx.get_checkpoint()) ctx.restore(*ck, model, sgd);
     int epochs_run = 0;  // in this run: fewer than a.epochs when it resumed
     for (auto epoch : ctx.epochs(a.epochs)) {
       ++epochs_run;
