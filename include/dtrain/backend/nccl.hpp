@@ -117,7 +117,7 @@ struct nccl {
     }
 
     /// `check` runs about once a second from the watchdog while a collective is older than
-    /// kStallSeconds; when it throws (a peer failed or left the loop) the communicator is aborted.
+    /// stall_seconds; when it throws (a peer failed or left the loop) the communicator is aborted.
     void on_stall(std::function<void()> check) {
       std::lock_guard<std::mutex> lock(mutex_);
       on_stall_ = std::move(check);
@@ -211,7 +211,7 @@ struct nccl {
    private:
     // A collective pending this long makes the watchdog ask the context whether a peer failed or
     // left the loop. Long enough that a GPU running behind its host is not taken for a stall.
-    static constexpr int kStallSeconds = 10;
+    static constexpr int stall_seconds = 10;
 
     static torch::Device select_device(const launch::WorkerIdentity& who) {
       const int count = c10::cuda::device_count();
@@ -349,7 +349,7 @@ struct nccl {
                                   "different collectives");
           continue;
         }
-        if (on_stall_ && now - oldest.started > std::chrono::seconds(kStallSeconds) &&
+        if (on_stall_ && now - oldest.started > std::chrono::seconds(stall_seconds) &&
             now - last_stall_check > std::chrono::seconds(1)) {
           last_stall_check = now;
           auto check_peers = on_stall_;

@@ -49,11 +49,11 @@ inline void cpu_relax() {
 class shm_channel {
  public:
   /// Bytes each rank stages per round; larger tensors go in rounds of this size.
-  static constexpr std::size_t kSlotBytes = std::size_t{4} << 20;
+  static constexpr std::size_t slot_bytes = std::size_t{4} << 20;
 
   shm_channel(c10d::Store& store, const std::string& key, int rank, int world, std::chrono::milliseconds timeout)
       : rank_(rank), world_(world), timeout_(timeout) {
-    bytes_ = header_bytes() + 2 * world_ * kSlotBytes;  // staging slots, then result slots
+    bytes_ = header_bytes() + 2 * world_ * slot_bytes;  // staging slots, then result slots
     std::string name;
     int fd = -1;
     if (rank_ == 0) {
@@ -139,8 +139,8 @@ class shm_channel {
   }
   std::size_t header_bytes() const { return ((world_ * sizeof(counter) + 4095) / 4096) * 4096; }
   counter& arrived(int r) { return reinterpret_cast<counter*>(base_)[r]; }
-  char* slot(int r) { return base_ + header_bytes() + r * kSlotBytes; }
-  char* result(int r) { return base_ + header_bytes() + (world_ + r) * kSlotBytes; }
+  char* slot(int r) { return base_ + header_bytes() + r * slot_bytes; }
+  char* result(int r) { return base_ + header_bytes() + (world_ + r) * slot_bytes; }
 
   std::shared_future<void> submit(std::function<void()> job) {
     std::packaged_task<void()> task(std::move(job));
@@ -180,7 +180,7 @@ class shm_channel {
       for (int spins = 0;; ++spins) {
         const std::uint32_t seen = arrived(r).value.load(std::memory_order_acquire);
         if (static_cast<std::int32_t>(seen - phase) >= 0) break;
-        if (spins < kSpins) {
+        if (spins < spin_count) {
           cpu_relax();
           continue;
         }
@@ -220,7 +220,7 @@ class shm_channel {
   void allreduce_now(torch::Tensor& t, bool mean) {
     AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "dtrain_shm_allreduce", [&] {
       scalar_t* data = t.data_ptr<scalar_t>();
-      const std::size_t total = static_cast<std::size_t>(t.numel()), per_round = kSlotBytes / sizeof(scalar_t);
+      const std::size_t total = static_cast<std::size_t>(t.numel()), per_round = slot_bytes / sizeof(scalar_t);
       for (std::size_t at = 0; at < total; at += per_round) reduce_round(data + at, std::min(per_round, total - at), mean);
     });
   }
@@ -228,8 +228,8 @@ class shm_channel {
   void broadcast_now(torch::Tensor& t, int root) {
     char* data = static_cast<char*>(t.data_ptr());
     const std::size_t total = static_cast<std::size_t>(t.numel()) * t.element_size();
-    for (std::size_t at = 0; at < total; at += kSlotBytes) {
-      const std::size_t n = std::min(kSlotBytes, total - at);
+    for (std::size_t at = 0; at < total; at += slot_bytes) {
+      const std::size_t n = std::min(slot_bytes, total - at);
       if (rank_ == root) std::memcpy(slot(root), data + at, n);
       barrier();
       if (rank_ != root) std::memcpy(data + at, slot(root), n);
@@ -241,8 +241,8 @@ class shm_channel {
     const char* in = static_cast<const char*>(piece.data_ptr());
     char* dst = static_cast<char*>(out.data_ptr());
     const std::size_t total = static_cast<std::size_t>(piece.numel()) * piece.element_size();
-    for (std::size_t at = 0; at < total; at += kSlotBytes) {
-      const std::size_t n = std::min(kSlotBytes, total - at);
+    for (std::size_t at = 0; at < total; at += slot_bytes) {
+      const std::size_t n = std::min(slot_bytes, total - at);
       std::memcpy(slot(rank_), in + at, n);
       barrier();  // every rank staged its chunk
       for (int q = 0; q < world_; ++q) std::memcpy(dst + q * total + at, slot(q), n);
@@ -256,7 +256,7 @@ class shm_channel {
       scalar_t* dst = out.data_ptr<scalar_t>();
       const std::size_t n = static_cast<std::size_t>(out.numel());
       // A round stages chunk [at, at + c) of every rank's piece: world * c values per slot.
-      const std::size_t c_max = kSlotBytes / sizeof(scalar_t) / world_;
+      const std::size_t c_max = slot_bytes / sizeof(scalar_t) / world_;
       const scalar_t scale = mean ? scalar_t(1) / scalar_t(world_) : scalar_t(1);
       for (std::size_t at = 0; at < n; at += c_max) {
         const std::size_t c = std::min(c_max, n - at);
@@ -277,7 +277,7 @@ class shm_channel {
   std::chrono::milliseconds timeout_;
   std::size_t bytes_ = 0;
   char* base_ = nullptr;
-  static constexpr int kSpins = 2000;  // a few microseconds
+  static constexpr int spin_count = 2000;  // a few microseconds
   std::uint32_t phase_ = 0;
   std::mutex mutex_;
   std::condition_variable ready_;

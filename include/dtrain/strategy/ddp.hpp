@@ -20,12 +20,12 @@ DTRAIN_NAMESPACE_BEGIN
 namespace strategy {
 
 /// The first bucket is small so that its allreduce starts early in backward (PyTorch's value).
-inline constexpr std::int64_t kDefaultFirstBucketBytes = std::int64_t{1} << 20;
+inline constexpr std::int64_t default_first_bucket_bytes = std::int64_t{1} << 20;
 /// Later buckets are large so that each collective's fixed cost is amortised (PyTorch's value).
-inline constexpr std::int64_t kDefaultBucketBytesCap = std::int64_t{25} << 20;
+inline constexpr std::int64_t default_bucket_bytes_cap = std::int64_t{25} << 20;
 
 /// What the reducer saw in the last synchronised backward: for tests and per-step breakdowns.
-struct ddp_stats {
+struct DdpStats {
   /// Buckets of the model, and the gradients still awaited when the first bucket's allreduce was
   /// launched in the last synchronised backward (> 0: communication overlapped backward).
   int buckets = 0;
@@ -53,8 +53,8 @@ struct ddp_stats {
 ///   synchronised backward rank 0's floating-point buffers are broadcast to all, so every rank (and
 ///   any checkpoint) holds rank 0's statistics, as PyTorch's broadcast_buffers=True gives.
 ///   Integer buffers (num_batches_tracked) advance identically on every rank and are left alone.
-template <std::int64_t FirstBucketBytes = kDefaultFirstBucketBytes,
-          std::int64_t BucketBytesCap = kDefaultBucketBytesCap>
+template <std::int64_t FirstBucketBytes = default_first_bucket_bytes,
+          std::int64_t BucketBytesCap = default_bucket_bytes_cap>
 struct ddp {
   using category = dtrain::category::strategy;
   static constexpr const char* name = "ddp";
@@ -76,7 +76,7 @@ struct ddp {
     ~state() { impl_->hooks.remove(); }
 
     void set_sync(bool on) { impl_->sync = on; }
-    const ddp_stats& stats() const { return impl_->stats; }
+    const DdpStats& stats() const { return impl_->stats; }
 
    private:
     struct bucket {
@@ -100,7 +100,7 @@ struct ddp {
       std::size_t next_launch = 0;
       bool sync = true;
       int grads_pending = 0;
-      ddp_stats stats;
+      DdpStats stats;
 
       void setup(torch::nn::Module& module) {
         for (auto& p : module.parameters())

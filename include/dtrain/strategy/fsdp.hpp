@@ -39,7 +39,7 @@ enum class sharding {
 };
 
 /// What the sharded model did so far: for tests and per-step breakdowns.
-struct fsdp_stats {
+struct FsdpStats {
   int units = 0;
   /// Values added to pad each unit to a multiple of the world size (all units, one rank's copy).
   std::int64_t padding = 0;
@@ -97,7 +97,7 @@ struct fsdp {
     ~state() { impl_->hooks.remove(); }
 
     void set_sync(bool on) { impl_->sync = on; }
-    const fsdp_stats& stats() const { return impl_->stats; }
+    const FsdpStats& stats() const { return impl_->stats; }
 
     /// This rank's flat shards, one per unit: the parameters to build the optimizer over.
     std::vector<torch::Tensor> parameters() const {
@@ -174,7 +174,7 @@ struct fsdp {
       std::size_t next_launch = 0;  // launches go units.size()-1 down to 0
       bool sync = true;
       dtrain::detail::buffer_sync buffers;
-      fsdp_stats stats;
+      FsdpStats stats;
 
       void setup() {
         detail::broadcast_state(module, comm);

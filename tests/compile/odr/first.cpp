@@ -13,7 +13,7 @@ probe first() {
   using policies = dtrain::policy::set<dtrain::precision::amp<dtrain::precision::bf16>>;
   dtrain::data::TensorDataset dataset(torch::zeros({10, 2}), torch::arange(10));
   dtrain::ScalingConfig{.num_workers = 2}.validate();
-  return {&dtrain::strategy::kDefaultBucketBytesCap,
+  return {&dtrain::strategy::default_bucket_bytes_cap,
           &dtrain::policy::defaults,
           reinterpret_cast<const void*>(&dtrain::launch::detect_worker),
           reinterpret_cast<const void*>(&sampler::indices),

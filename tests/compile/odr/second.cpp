@@ -13,7 +13,7 @@ probe second() {
   using policies = dtrain::policy::set<dtrain::precision::amp<dtrain::precision::bf16>>;
   dtrain::data::TensorDataset dataset(torch::zeros({10, 2}), torch::arange(10));
   dtrain::ScalingConfig{.num_workers = 2}.validate();
-  return {&dtrain::strategy::kDefaultBucketBytesCap,
+  return {&dtrain::strategy::default_bucket_bytes_cap,
           &dtrain::policy::defaults,
           reinterpret_cast<const void*>(&dtrain::launch::detect_worker),
           reinterpret_cast<const void*>(&sampler::indices),
@@ -35,7 +35,7 @@ int main() {
       ++failures;
     }
   };
-  same(a.bucket_bytes_cap == b.bucket_bytes_cap, "&strategy::kDefaultBucketBytesCap");
+  same(a.bucket_bytes_cap == b.bucket_bytes_cap, "&strategy::default_bucket_bytes_cap");
   same(a.policy_defaults == b.policy_defaults, "&policy::defaults");
   same(a.detect_worker == b.detect_worker, "&launch::detect_worker");
   same(a.sampler_indices == b.sampler_indices, "&sampler::distributed<7>::indices");
