@@ -1,9 +1,12 @@
-// Every Sampler and every Precision policy through its category's law checker.
+// Every Sampler, Precision and Checkpointer policy through its category's law checker.
 
+#include "checkpointer.hpp"
 #include "precision.hpp"
 #include "sampler.hpp"
 #include "../unit/support.hpp"
 
+#include <dtrain/checkpointer/directory.hpp>
+#include <dtrain/checkpointer/none.hpp>
 #include <dtrain/sampler/distributed.hpp>
 #include <dtrain/sampler/sequential.hpp>
 
@@ -70,4 +73,13 @@ TEST_CASE("precision amp fp16 is not checked on CPU: its state refuses the CPU",
     CHECK_THROWS_MATCHES(p::amp<p::fp16>::state(torch::kCPU), dtrain::ConfigError,
                          dtrain_test::MessageContains({"amp<fp16> on CPU", "amp<bf16>"}));
   }
+}
+
+// ---- Checkpointers ------------------------------------------------------------------------------
+
+TEST_CASE("checkpointer laws: directory<> (asynchronous and synchronous) and none", "[laws][checkpointer]") {
+  dtrain_test::TempDir tmp;
+  SECTION("directory<true>") { dtrain_laws::check_persisting_checkpointer<dtrain::checkpointer::directory<true>>(tmp / "async"); }
+  SECTION("directory<false>") { dtrain_laws::check_persisting_checkpointer<dtrain::checkpointer::directory<false>>(tmp / "sync"); }
+  SECTION("none") { dtrain_laws::check_non_persisting_checkpointer<dtrain::checkpointer::none>(tmp / "none"); }
 }

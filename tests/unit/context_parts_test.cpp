@@ -1,6 +1,6 @@
 // The parts the worker context is built from: the group protocol, the epoch cursor, the run
 // directory, the prepared-model registry, the progress meter, the shard view with a first batch
-// and an observer; and the Checkpointer laws for every checkpointer.
+// and an observer (tests/laws/checkpointer.hpp lends its ranks-as-threads helpers).
 
 #include "support.hpp"
 
@@ -75,7 +75,7 @@ TEST_CASE("Group: finish compares every rank's report count", "[context][group]"
   CHECK_THAT(errors[1], Catch::Contains("every rank must call report() equally often"));
 }
 
-TEST_CASE("Group: rank 0 decides for every rank, and its error reaches them", "[context][group]") {
+TEST_CASE("Group: rank 0 decides for every rank and its error reaches them", "[context][group]") {
   const auto store = c10::make_intrusive<c10d::HashStore>();
   auto g = group_of(3, 0, store);
   std::vector<std::string> answers(3);
@@ -93,7 +93,7 @@ TEST_CASE("Group: rank 0 decides for every rank, and its error reaches them", "[
   CHECK_THAT(errors[2], Catch::Contains("rank 0 could not decide y: no disk"));
 }
 
-TEST_CASE("EpochCursor: a resumed epoch skips its trained batches once, and rolls over at its end", "[context][cursor]") {
+TEST_CASE("EpochCursor: a resumed epoch skips its trained batches once and rolls over at its end", "[context][cursor]") {
   d::sampler::EpochCursor c;
   c.resume(2, 3);
   CHECK(c.first_epoch() == 2);
@@ -110,7 +110,7 @@ TEST_CASE("EpochCursor: a resumed epoch skips its trained batches once, and roll
   CHECK(c.begin_shard(10) == 0);
 }
 
-TEST_CASE("RunDirectory: names, the checkpoint listing newest first, and a path that cannot be one", "[context][run_directory]") {
+TEST_CASE("RunDirectory: names - the checkpoint listing newest first and a path that cannot be one", "[context][run_directory]") {
   TempDir tmp;
   const d::RunDirectory dir(tmp / "run");
   dir.create();
@@ -153,7 +153,7 @@ TEST_CASE("PreparedModels: finds the state of a prepared model and names the cal
   CHECK_FALSE(models.first_sight(sgd));
 }
 
-TEST_CASE("ProgressMeter: rates from the group's first step, drawn when due, and a final line", "[context][progress]") {
+TEST_CASE("ProgressMeter: rates from the group's first step - drawn when due and a final line", "[context][progress]") {
   TempDir tmp;
   const auto path = tmp / "progress.txt";
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -194,14 +194,7 @@ TEST_CASE("Trainer::uses_gpu is the backend's choice", "[context][config]") {
   CHECK(params["scaling"]["use_gpu"] == false);
 }
 
-TEST_CASE("checkpointer laws: directory<> (asynchronous and synchronous) and none", "[laws][checkpointer]") {
-  TempDir tmp;
-  SECTION("directory<true>") { dtrain_laws::check_persisting_checkpointer<d::checkpointer::directory<true>>(tmp / "async"); }
-  SECTION("directory<false>") { dtrain_laws::check_persisting_checkpointer<d::checkpointer::directory<false>>(tmp / "sync"); }
-  SECTION("none") { dtrain_laws::check_non_persisting_checkpointer<d::checkpointer::none>(tmp / "none"); }
-}
-
-TEST_CASE("MetricsHistory::truncate_jsonl keeps the rows up to a resumed iteration, intact", "[context][history]") {
+TEST_CASE("MetricsHistory::truncate_jsonl keeps the rows up to a resumed iteration - intact", "[context][history]") {
   TempDir tmp;
   const auto path = tmp / "metrics.jsonl";
   for (int i = 1; i <= 4; ++i) d::MetricsHistory::append_jsonl(path, {{"iteration", i}, {"epoch", 0}, {"loss", 1.0 / i}});
