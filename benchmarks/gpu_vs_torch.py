@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """dtrain's GPU path against the same training loop in Python torch, side by side (GPU machine only).
 
     benchmarks/gpu_vs_torch.py [--train-gpu build-gpu/tests/gpu/train_gpu]

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """dtrain's example against the PyTorch DDP peer, side by side in one run, reported as ratios.
 
     benchmarks/vs_peer.py [--example build/examples/fashion_mnist] [--peer ../shared/peers/torch_ddp_peer.py]

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Runs a command that ends by printing one JSON line, and checks fields of that line.
 
     check_json_line.py 'test_accuracy>=0.85' 'workers==2' -- prog arg ...

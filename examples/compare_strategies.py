@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Runs the example once with --strategy ddp and once with --strategy fsdp (the other arguments
 the same) and checks that fsdp<> reaches ddp<>'s test accuracy within a tolerance while each worker
 holds at most a fraction of ddp<>'s model state. Prints both JSON lines and the ratios.

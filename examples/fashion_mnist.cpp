@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fashion-MNIST on N workers: the models, optimiser, batch and flags of the PyTorch DDP peer
 // (../shared/peers/torch_ddp_peer.py), ending with one JSON line of the peer's keys.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The README's example: an MLP on Fashion-MNIST with 2 worker processes.
 #include <dtrain/dtrain.hpp>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Catch2 for tests that also include LibTorch. Debian's LibTorch includes glog, whose CHECK macro
 // would silently replace Catch's (a failing check then aborts instead of being reported, and a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // docs/checkpoints.md's C++ block (a run with retention by score and restarts), and guide.md's
 // batch prediction block, which loads that run's best checkpoint. `snippets checkpoints run` runs both.
 

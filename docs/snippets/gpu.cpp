@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // docs/gpu.md's C++ block. It needs CUDA, NCCL and one GPU per worker: built where LibTorch has
 // CUDA (tests/docs/CMakeLists.txt, DTRAIN_WITH_CUDA), and compiled on every machine against
 // LibTorch 2.6's CUDA headers by scripts/check-cuda.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // docs/guide.md's C++ blocks, in the order the guide shows them. `snippets guide <block>` runs one.
 
 #include "snippets.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What the documentation's C++ blocks take as given: a network `Net` and the Fashion-MNIST splits
 // `data`. Each block is a marked region (// [name] ... // [name]) of a file in this directory;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The backend-neutral collective vocabulary: a reduction (reduce), a pending collective (Work) and
 // a device-side completion (Completion). Every backend returns these and every strategy,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The run-time configuration of a Trainer, after Ray Train's ScalingConfig and RunConfig.
 // What is fixed when the binary is compiled lives in the policies instead.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The worker context: what the train loop gets, once per rank. A facade over the parts that each
 // own one concern: the group protocol (launch/group.hpp), the epoch cursor (sampler/cursor.hpp),

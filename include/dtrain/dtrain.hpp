@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // dtrain: data-parallel training for LibTorch, configured at compile time. The umbrella header.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The exceptions dtrain throws. Every message says what was wrong and what to do about it.
 

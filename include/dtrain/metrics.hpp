@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Reported metrics: a name -> value map whose values are integers, reals or text.
 

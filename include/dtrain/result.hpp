@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Result: what fit() returns to the driver, built from what rank 0 persisted.
 

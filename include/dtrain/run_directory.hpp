@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // RunDirectory: every path of a run, in one place. storage_path/name/ holds
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Trainer<Model, Dataset, Policies...>: run a train loop data-parallel on N worker processes.
 

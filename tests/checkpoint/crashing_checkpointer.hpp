@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A test-only Checkpointer: checkpointer::directory<> whose rank 0, in the first worker group, dies
 // halfway through writing model.pt of one checkpoint (what a crash in the middle of a write leaves

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checkpoint scenarios: a real driver with real workers over Gloo on loopback, checkpointing with
 // checkpointer::directory<>. test_checkpoint.cpp runs this program and checks what it prints, the
 // files it leaves and the parameters it saves.

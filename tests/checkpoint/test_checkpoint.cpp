@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checkpoint tests: the checkpoint scenarios program is a real driver with real workers over Gloo
 // on loopback and checkpointer::directory<>. These tests run it, kill its workers (SIGKILL, a crash
 // inside a checkpoint write), damage its files, and check what it resumes from and ends with.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The positive control of fail/: a Trainer configured correctly compiles, declared and fitted.
 // Each fail/*.cpp is this file with one mistake.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The whole CUDA path, instantiated: compiled with -fsyntax-only by scripts/check-cuda against
 // LibTorch 2.6's CUDA headers (Debian trixie's libtorch-cuda-dev) and the CUDA/NCCL headers, on a
 // machine without a GPU. Nothing here runs; tests/gpu runs the same code on a GPU.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Fails unless every ```cpp block of the given Markdown files is compiled by the test suite.
 
     check_docs.py --docs README.md docs/*.md --sources FILE... [--root DIR]

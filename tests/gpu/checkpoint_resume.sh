@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # gpu.checkpoint_resume: a run on the GPU (fp16, the prefetcher, DDP) checkpoints after every
 # epoch; one stopped after 2 of 4 epochs and started again resumes from its checkpoint and ends
 # with bitwise the parameters of the uninterrupted run.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GPU tests: built only when LibTorch has CUDA and NCCL is found (tests/gpu/CMakeLists.txt); run on
 // a GPU machine (docs/gpu.md has the recipe). Each needs one visible CUDA device.
 

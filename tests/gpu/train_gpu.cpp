@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dtrain on GPUs end to end, and the dtrain half of the GPU benchmark (benchmarks/gpu_vs_torch.py
 // runs it beside the same loop in Python torch). A Trainer over backend::nccl with DDP, the
 // prefetching input pipeline and amp<fp16> (or fp32, or amp<bf16>) trains one of two models on

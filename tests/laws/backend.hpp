@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Laws of the Backend concept (policy/concepts.hpp), checked for one model on `world` real
 // processes: forks of the test process (launch::WorkerGroup, as the driver starts its workers)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The Checkpointer laws (concept/checkpointer.hpp), for any model of the concept: ranks are threads
 // of this process sharing an in-memory store, each with its own checkpointer state, as the workers

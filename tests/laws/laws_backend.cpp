@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every Backend policy that runs here through the backend law checker, on 1, 2 and 3 processes,
 // on both of gloo's paths. backend::nccl runs the same checker in tests/gpu (it needs a GPU per rank).
 

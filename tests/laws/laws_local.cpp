@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every Sampler, Precision and Checkpointer policy through its category's law checker.
 
 #include "checkpointer.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every Strategy and every Tracker policy through its category's law checker, with Trainers whose
 // driver is the test process.
 

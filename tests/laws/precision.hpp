@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Laws of the Precision concept (policy/concepts.hpp), checked for one model on one device:
 //   - the autocast() scope gives back the autocast state it found (enabled flag and dtype);

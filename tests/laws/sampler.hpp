@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Laws of the Sampler concept (policy/concepts.hpp), checked for one model over dataset sizes and
 // world sizes 1-4. Pure: no processes.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Laws of the Strategy concept (policy/concepts.hpp), checked for one model through a Trainer:
 // N workers (2 and 3) train to the parameters 1 worker reaches on the same global batches, within

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Laws of the Tracker concept (policy/concepts.hpp), checked for one model.
 //

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The include-layer test: every header under include/dtrain may include dtrain headers of its own
 layer or below, never of a layer above. Fails naming each offending pair.
 

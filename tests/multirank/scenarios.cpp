@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Multi-process scenarios for the multirank tests: each run is a real driver that starts real
 // workers over Gloo on loopback. test_multirank.cpp runs this program and checks what it prints.
 //

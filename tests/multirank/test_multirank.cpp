@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Multi-process tests: the scenarios program is a real driver with real workers over Gloo on
 // loopback; these tests run it and check its output, exit status, files and leftover processes.
 

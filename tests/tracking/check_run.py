@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The example's run directory, file by file, and its report in a real browser.
 
     check_run.py EXAMPLE WORKDIR [--no-browser]

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The progress line as a person sees it: the example runs in a detached tmux session (a real
 terminal) and the screen is read with `tmux capture-pane` while it trains and after it ends.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The parts the worker context is built from: the group protocol, the epoch cursor, the run
 // directory, the prepared-model registry, the progress meter, the shard view with a first batch
 // and an observer (tests/laws/checkpointer.hpp lends its ranks-as-threads helpers).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The parts of dtrain that need no tensors: samplers, metrics and their history, configuration.
 
 #include <sys/wait.h>

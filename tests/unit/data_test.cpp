@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // data/: IDX decoding, FashionMnist, TensorDataset, and data::batches.
 //
 // Every dataset here is written by the test itself, with zlib, into a scratch directory, so each bad

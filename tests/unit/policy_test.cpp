@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // policy/: the Policy concept and how policy::set<> resolves a Trainer's policies over the defaults.
 // Lists that must not compile are tested in tests/compile; everything here compiles.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // strategy/: how ddp<> buckets gradients and fsdp<> groups parameters into units (pure functions
 // of sizes, dtypes and names), and the autograd hook skeleton both strategies share. Their
 // collectives are tested across real processes in tests/multirank.

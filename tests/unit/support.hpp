@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Helpers shared by the unit tests: a scratch directory that cleans up after itself, and a matcher
 // for "the exception's message names all of these".

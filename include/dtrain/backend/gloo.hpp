@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // backend::gloo: collectives over c10d's ProcessGroupGloo (CPU tensors, TCP).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // backend::nccl: collectives over NCCL on a communication stream of their own, one GPU per worker.
 

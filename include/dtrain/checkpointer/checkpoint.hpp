@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A checkpoint on disk: its layout, its manifest (sizes and CRC-32s), and the value type
 // Checkpoint that finds, verifies and loads one.

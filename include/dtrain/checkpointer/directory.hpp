@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // checkpointer::directory<>: atomic, verified checkpoint directories under storage_path/name,
 // written on a background thread, retained by score, found again on resume.

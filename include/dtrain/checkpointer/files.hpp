@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The checkpoint format's files and the low-level pieces that write and read them: names, CRC-32s
 // (zlib), fsynced writes, the CPU generator's state, a module's named tensors.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // checkpointer::none: no checkpoints are written; a run cannot resume.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Which checkpoints a run keeps (retention by score), and which valid one is the best.
 

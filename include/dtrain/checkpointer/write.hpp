@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Writing a checkpoint: what ctx.checkpoint() takes on the training thread (Snapshot), each rank's
 // own file, and rank 0's commit (the replicated state, the manifest, the rename into place).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Archetypes: for each concept of concept/, a type with exactly its minimal complete definition
 // and nothing else. Each concept is checked against its archetype (so that it asks for no more

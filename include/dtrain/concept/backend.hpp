@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The Backend concept and backend_traits: the single source of truth for what a Backend policy
 // provides (docs/design.md links here).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The Precision concept and precision_traits: the single source of truth for what a Precision
 // policy provides (docs/design.md links here).

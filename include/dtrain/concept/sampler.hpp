@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The Sampler concept: which sample indices each rank sees, epoch by epoch.
 

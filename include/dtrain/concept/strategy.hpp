@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The Strategy concept and strategy_traits: the single source of truth for what a Strategy policy
 // provides (docs/design.md links here).

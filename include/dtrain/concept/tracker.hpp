@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The Tracker concept: what is recorded about a run besides its metrics history.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The bodies of Context's larger members (context.hpp holds the class, readable on one screen).
 

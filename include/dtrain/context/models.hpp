@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // PreparedModels: the models ctx.prepare_model() wrapped, each with its Strategy state, and the
 // calls the context routes through them.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What dtrain asks of a dataset, and the in-memory model of it.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Fashion-MNIST from the gzipped IDX files of Debian's dataset-fashion-mnist.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Reading gzipped IDX files (the format of MNIST and Fashion-MNIST) into tensors.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // data::prefetch: hands out batch i while batch i+1 is already on its way to the device.
 

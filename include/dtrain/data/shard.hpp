@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A rank's batches of a dataset for one epoch, as a range-v3 view.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Rank 0's floating-point buffers made everyone's after a synchronised backward: shared by
 // strategy::ddp<> and strategy::fsdp<>.

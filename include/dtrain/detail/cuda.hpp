@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Whether this build can use CUDA and NCCL, and which LibTorch it compiles against.
 //

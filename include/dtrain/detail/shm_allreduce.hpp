@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Allreduce, broadcast, allgather and reduce-scatter through shared memory, for ranks that share
 // one machine.

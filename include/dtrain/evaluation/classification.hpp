@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Classification metrics whose state is a confusion matrix: accumulated batch by batch on each
 // rank, summed across ranks, so an evaluation split over N workers gives exactly the numbers of

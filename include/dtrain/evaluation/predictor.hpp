@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Batch prediction from a checkpoint: a model loaded from a checkpoint directory (a path, or the
 // best of a run by score) that gives, per sample, the predicted class name and the probability of

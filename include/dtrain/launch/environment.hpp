@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Who this process is: the driver, or a worker placed by dtrain's driver, torchrun, Slurm or Open MPI.
 

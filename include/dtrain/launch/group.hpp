@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The group protocol over the rendezvous store: store-based barriers that fail fast when a peer
 // failed or left the loop, rank 0's decisions published to every rank, and the finish handshake

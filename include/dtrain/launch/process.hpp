@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The driver's side of the process model: start worker copies of this executable, watch them, and
 // make sure none outlives the driver.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Rendezvous over c10d's TCPStore: the driver (or rank 0) hosts it; every worker announces itself
 // and waits for the rest, with a deadline and an error that names the ranks that never came.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // One concept per policy category, one header each under dtrain/concept/ (what a policy of that
 // category must provide, its optional members with their defaults, its laws and models).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Gathering a Trainer's policies into one compile-time map: category -> policy.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // precision::amp<bf16>, amp<fp16>: automatic mixed precision through ATen's autocast, with dynamic
 // loss scaling (GradScaler) where it is needed.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // precision::fp32: forward and backward in the parameters' own precision.
 

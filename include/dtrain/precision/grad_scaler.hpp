@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // precision::GradScaler: dynamic loss scaling for mixed precision, as torch.amp.GradScaler does it.
 

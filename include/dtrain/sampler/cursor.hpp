@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // EpochCursor: where a rank's train loop is in its epochs, and where a checkpoint resumes it.
 

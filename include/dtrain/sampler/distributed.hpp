@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // sampler::distributed<>: a seeded permutation re-drawn every epoch, split evenly across ranks.
 

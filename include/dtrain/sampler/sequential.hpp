@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // sampler::sequential: the dataset in order, cut into one contiguous block per rank.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // How parameters are grouped into collectives: ddp<>'s gradient buckets and fsdp<>'s units, as
 // pure functions of the parameters' sizes, dtypes and names (PyTorch's

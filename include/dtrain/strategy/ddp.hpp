@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // strategy::ddp<>: data parallelism with bucketed gradient allreduce overlapped with backward.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // strategy::fsdp<>: fully sharded data parallelism. Parameters, gradients and optimizer state are
 // split 1/N over the ranks; full parameters exist only around forward and backward.

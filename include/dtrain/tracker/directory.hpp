@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // tracker::directory: the run directory's own tracking files (the default Tracker).
 

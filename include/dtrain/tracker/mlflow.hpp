@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // tracker::mlflow<>: the run directory's files, and the same run in MLflow's file-store layout,
 // so that `mlflow ui --backend-store-uri <run dir>/mlruns` shows it. No MLflow is needed to write

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // tracker::none: nothing recorded beyond the metrics history that Result is built from.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Rank 0's live progress on stderr: one line redrawn in place on a terminal, a plain line every
 // few seconds otherwise (a log file, a pipe, a batch system's output).

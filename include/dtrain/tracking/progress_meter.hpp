@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // ProgressMeter: the counts rank 0's progress line shows (steps, samples, rates since the group's
 // first step, the last loss), and when to draw it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // RunRecord, everything a tracker writes from, and the tracking files' JSON: params, checkpoint
 // index, evaluations (run_directory.hpp lists the run directory's files).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // report.html: one self-contained page per run (inline SVG and CSS, no script, no network) with the
 // metric curves by step, throughput over time, restarts marked, the final metrics, evaluations

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Individually valid policies that cannot work together: fp16 autocast needs CUDA, Gloo is CPU.
 // Expected: "precision::amp<fp16> needs CUDA autocast ... Use precision::amp<bf16> on CPU".
 

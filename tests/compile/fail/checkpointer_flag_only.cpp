@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A Checkpointer of one's own written as the old flag (`persists`) without a per-worker state: it
 // used to get directory<>'s files silently; now it is rejected, naming the template to copy.
 // Expected: "copy checkpointer::none::state as the template".

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A Dataset with a size but no get_batch(indices), and no train() split.
 // Expected: "Dataset must model dtrain::data::RandomAccess ... or dtrain::data::Splits".
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A Model that looks like a network but does not derive from torch::nn::Module.
 // Expected: "Model must be a torch::nn::Module subclass or its TORCH_MODULE holder".
 

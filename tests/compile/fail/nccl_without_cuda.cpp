@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // backend::nccl in a build whose LibTorch has no CUDA (or no NCCL headers): rejected where the
 // Trainer is declared. Expected: "backend::nccl needs a LibTorch built with CUDA and NCCL".
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A policy of one's own that forgot its category is not a policy.
 // Expected: "this argument is not a dtrain policy (it has no nested `using category = ...;`)".
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A Tracker policy of one's own that lacks end(RunRecord): rejected with the TrackerPolicy message.
 // Expected: "the Tracker policy lacks".
 

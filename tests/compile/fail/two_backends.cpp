@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Two Backend policies, even differently configured ones.
 // Expected: "two Backend policies given; keep exactly one".
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Two Precision policies.
 // Expected: "two Precision policies given; keep exactly one".
 

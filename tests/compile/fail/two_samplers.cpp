@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Two Sampler policies.
 // Expected: "two Sampler policies given; keep exactly one".
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Two Strategy policies: two instances of one template are two policies of one category.
 // Expected: "two Strategy policies given; keep exactly one".
 

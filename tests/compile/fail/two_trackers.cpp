@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Two Tracker policies: tracker::mlflow<> already writes tracker::directory's files.
 // Expected: "more than one Tracker policy given; keep exactly one".
 

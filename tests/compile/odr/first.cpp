@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One of the two translation units of dtrain_odr_check, each including all of dtrain and running
 // the same code (second.cpp also holds main). A non-inline definition in a header fails the link;
 // one with internal linkage shows up as two addresses.

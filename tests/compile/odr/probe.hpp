@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What each translation unit of dtrain_odr_check sees of dtrain's inline entities: addresses that
 // must be one and the same in every TU, and results that must agree.

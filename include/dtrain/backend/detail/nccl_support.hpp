@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // backend::nccl's pieces: dtype and reduction mapping, the error state a communicator shares with
 // its collectives and watchdog, and Work's view of a collective in flight. CUDA builds only.

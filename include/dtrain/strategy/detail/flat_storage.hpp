@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // strategy::fsdp<>'s memory for full parameters and flat gradients: mapped from the kernel on
 // CPU, and freed while the tensors (and autograd's views of them) live on.

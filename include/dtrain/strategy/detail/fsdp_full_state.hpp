@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // strategy::fsdp<>'s model state as full tensors by name, the format of ddp<>'s model.pt: gathered
 // from the shards for a checkpoint, and cut into this rank's shards again when one is loaded.

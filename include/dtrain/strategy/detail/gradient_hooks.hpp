@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The autograd skeleton that strategy::ddp<> and strategy::fsdp<> share: rank 0's state broadcast
 // when a model is wrapped, post-accumulate hooks on the parameters' gradient accumulators, the
