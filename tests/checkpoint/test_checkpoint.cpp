@@ -340,6 +340,13 @@ TEST_CASE("a checkpoint's model state loads in Python's torch.load with equal te
     expected += "momentum " + std::to_string(i++) + " " + hex_of(s.momentum_buffer()) + "\n";
   }
   CHECK(py.output == expected);
+
+  // A model.pt written before this format (torch::jit::pickle_save, type-tagged) still loads in C++.
+  const auto tagged = torch::jit::pickle_save(c10::IValue(dtrain::checkpointer::detail::named_state(*fresh, true)));
+  std::ofstream(latest->path() / "model.pt", std::ios::binary | std::ios::trunc).write(tagged.data(), tagged.size());
+  const auto old_state = latest->model_state();
+  REQUIRE(old_state.size() == names.size());
+  for (std::size_t i = 0; i < names.size(); ++i) CHECK(torch::equal(old_state.at(names[i]), params[i]));
 }
 
 namespace {
@@ -445,6 +452,22 @@ TEST_CASE("a scheduler object and a vocabulary file round-trip through a kill-an
   } other;
   CHECK_THROWS_WITH(ck->load_object("tokenizer", other), Catch::Contains("no object \"tokenizer\"") &&
                                                              Catch::Contains("\"scheduler\""));
+}
+
+TEST_CASE("amp's GradScaler state is restored by ctx.restore: a killed and resumed run scales as an uninterrupted one") {
+  Sandbox box;
+  auto ref = box.scenario("--name aref --steps 40 --every 5 --amp 1 --out aref.pt");
+  INFO(ref.output);
+  REQUIRE(ref.status == 0);
+  CHECK(field(ref.output, "loss_scale") != "1024");  // it grew during the run
+  auto r = box.scenario("--name akill --steps 40 --every 5 --amp 1 --kill-step 17 --max-failures 1 --out akill.pt");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(field(r.output, "restarts") == "1");
+  CHECK(field(r.output, "loss_scale") == field(ref.output, "loss_scale"));
+  CHECK(field(r.output, "skipped_steps") == field(ref.output, "skipped_steps"));
+  CHECK(same_params(box.file("aref.pt"), box.file("akill.pt")));
+  CHECK(fs::exists(box.run("akill") / "checkpoint_000008" / "precision.pt"));
 }
 
 TEST_CASE("a corrupted user file fails the manifest, and the run falls back to the previous checkpoint") {
