@@ -71,7 +71,8 @@ inline std::optional<c10::impl::GenericDict> python_param_state(const torch::opt
   using namespace torch::optim;
   auto d = string_dict();
   auto put = [&](const char* key, const at::Tensor& t) {
-    if (t.defined()) d.insert(key, t.detach().clone());
+    // A CPU copy: the file then loads on a machine without the GPU it was trained on.
+    if (t.defined()) d.insert(key, t.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
   };
   if (auto* sgd = dynamic_cast<const SGDParamState*>(&s)) {
     put("momentum_buffer", sgd->momentum_buffer());
@@ -146,7 +147,7 @@ inline std::optional<c10::impl::GenericDict> python_group_options(const torch::o
 /// `optimizer`'s state as Python's `optimizer.state_dict()` structures it:
 /// {"state": {index: {...}}, "param_groups": [{...options, "params": [indices]}]}, parameters
 /// numbered over all groups in order. Nothing for an optimizer other than SGD, Adam, AdamW,
-/// RMSprop and Adagrad (optimizer.pt, read by C++, still holds its state). Tensors are clones.
+/// RMSprop and Adagrad (optimizer.pt, read by C++, still holds its state). Tensors are CPU copies.
 inline std::optional<c10::IValue> python_optimizer_state(const torch::optim::Optimizer& optimizer) {
   c10::impl::GenericDict state(c10::IntType::get(), c10::AnyType::get());
   c10::impl::GenericList groups(c10::AnyType::get());

@@ -184,7 +184,10 @@ std::filesystem::path commit(const std::filesystem::path& run_dir, std::int64_t 
     entries.push_back({{"name", name}, {"size", size}, {"crc32", crc}});
   };
   // The torch.save format without type tags: Python's torch.load(weights_only=True) reads it.
-  const auto model = torch_save_bytes(c10::IValue(s.model));
+  // On the CPU, so that the file loads on a machine without the GPU it was trained on.
+  c10::Dict<std::string, at::Tensor> model_on_cpu;
+  for (const auto& kv : s.model) model_on_cpu.insert(kv.key(), kv.value().cpu());
+  const auto model = torch_save_bytes(c10::IValue(model_on_cpu));
   add(files::model, model.size(), write_file(tmp / files::model, model));
   write_user_state(tmp, s, add);
   // Optimizer state sharded per rank: optimizer.pt only says so, each rank's file holds its piece.
