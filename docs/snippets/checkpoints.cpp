@@ -4,6 +4,7 @@
 
 #include "snippets.hpp"
 
+#include <fstream>
 #include <iostream>
 #include <string>
 
@@ -31,7 +32,7 @@ int run_then_predict() {
   auto result = trainer.fit([&](Trainer::context& ctx) {
     auto model = ctx.prepare_model(Net{});
     torch::optim::Adam opt(model->parameters());
-    if (auto ck = ctx.get_checkpoint()) ctx.restore(*ck, model, opt);  // model, optimizer, this rank's RNG
+    if (auto ck = ctx.get_checkpoint()) ctx.restore(*ck, model, opt);  // model, optimizer, RNGs, GradScaler
     std::int64_t n = 0;                                             // a counter of the loop's own
     for (auto epoch : ctx.epochs(10)) {                             // starts at the checkpoint's epoch
       for (auto batch : ctx.shard(data.train(), 128)) {            // skips the batches it had consumed
@@ -61,11 +62,67 @@ int run_then_predict() {
   return 0;
 }
 
+// A learning-rate schedule of the loop's own: state that changes every epoch and must survive a
+// restart (save/load make it a checkpointer::SavableState).
+struct StepSchedule {
+  std::int64_t epochs_seen = 0;
+  double lr() const { return 1e-3 * (epochs_seen >= 2 ? 0.5 : 1.0); }
+  void save(torch::serialize::OutputArchive& archive) const { archive.write("epochs_seen", torch::tensor(epochs_seen)); }
+  void load(torch::serialize::InputArchive& archive) {
+    torch::Tensor t;
+    archive.read("epochs_seen", t);
+    epochs_seen = t.item<std::int64_t>();
+  }
+};
+
+int user_state() {
+  const auto data = SmallFashionMnist::load();
+  std::ofstream("vocab.txt") << "shirt\ntrouser\n";
+  using Trainer = dtrain::Trainer<Net, dtrain::data::FashionMnist, dtrain::checkpointer::directory<>>;
+  Trainer trainer({.num_workers = 2}, {.storage_path = "runs", .name = "user_state"});
+  std::string first_word;
+  auto result = trainer.fit([&](Trainer::context& ctx) {
+    auto model = ctx.prepare_model(Net{});
+    torch::optim::Adam opt(model->parameters());
+    StepSchedule scheduler;
+    // [user state: restore]
+    if (auto ck = ctx.get_checkpoint()) {
+      ctx.restore(*ck, model, opt);
+      ck->load_object("scheduler", scheduler);
+      std::ifstream vocab(ck->file("vocab.txt"));  // or ck->as_directory() / "vocab.txt"
+    }
+    // [user state: restore]
+    for (auto epoch : ctx.epochs(3)) {
+      double loss = 0;
+      for (auto batch : ctx.shard(data.train(), 128)) {
+        opt.zero_grad();
+        auto l = torch::nn::functional::cross_entropy(model->forward(batch.data), batch.target);
+        ctx.backward(l);
+        ctx.step(opt);
+        loss = l.item<double>();
+      }
+      ++scheduler.epochs_seen;
+      // [user state: save]
+      auto snapshot = ctx.checkpoint(model, opt).with_file("vocab.txt", "vocab.txt").with_object("scheduler", scheduler);
+      ctx.report({{"loss", loss}}, std::move(snapshot));
+      // [user state: save]
+      (void)epoch;
+    }
+  });
+  std::ifstream saved(result.latest_checkpoint()->file("vocab.txt"));
+  std::getline(saved, first_word);
+  StepSchedule restored;
+  result.latest_checkpoint()->load_object("scheduler", restored);
+  std::cout << "user state: " << first_word << ", scheduler at " << restored.epochs_seen << " epochs\n";
+  return 0;
+}
+
 }  // namespace
 
 int checkpoints(const std::string& block) {
   fresh_directory("checkpoints_" + block);
   if (block == "run") return run_then_predict();
+  if (block == "user_state") return user_state();
   std::cerr << "snippets checkpoints: no block " << block << "; the block is run\n";
   return 2;
 }

@@ -216,8 +216,10 @@ class Context {
     checkpoints_.save(std::move(snapshot), reports_, std::move(row));
   }
 
-  /// Takes a snapshot of the model's parameters and buffers, the optimizer's state, this rank's
-  /// generator and sampler position, and `extras`, for report(metrics, snapshot) to save. Waits
+  /// Takes a snapshot of the model's parameters and buffers, the optimizer's state, the
+  /// Precision's state (amp's GradScaler), this rank's generators and sampler position, and
+  /// `extras`, for report(metrics, snapshot) to save; `.with_file(name, path)` and
+  /// `.with_object(name, object)` on it add the user's files and objects. Waits
   /// for the previous checkpoint's write first. Call it on every rank (rank 0 keeps the model and
   /// optimizer state, which are replicated; every rank keeps its own generator and position).
   template <class Module, class Optimizer>
@@ -233,7 +235,9 @@ class Context {
   }
 
   /// Loads `ck` into a prepared model (through the Strategy: under fsdp<> each rank keeps its
-  /// shard, and a ddp<> checkpoint loads into fsdp<> and back) and restores this rank's generator.
+  /// shard, and a ddp<> checkpoint loads into fsdp<> and back) and restores this rank's generators
+  /// (CPU, and CUDA on a GPU) and the Precision's state (amp's GradScaler). The user's objects
+  /// load with ck.load_object(name, object), their files are at ck.file(name).
   template <class Module>
   void restore(const checkpointer::Checkpoint& ck, Module& model) {
     auto& s = models_.of(model, "ctx.restore(checkpoint, model)");
@@ -242,6 +246,9 @@ class Context {
     if (!strategy_ops::load_full_state(s, tensors, source))
       checkpointer::Checkpoint::load_tensors(detail::as_module(model), tensors, source);
     ck.restore_generator(world_rank());
+    ck.restore_device_generator(world_rank(), device_);
+    if constexpr (requires(precision_state& p, torch::serialize::InputArchive& a) { p.load(a); })
+      ck.load_precision(precision_);
   }
   /// restore(ck, model), and the optimizer's state (this rank's piece under fsdp<>, which needs
   /// the world size it was saved with).

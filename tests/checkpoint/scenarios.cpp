@@ -6,6 +6,8 @@
 //   checkpoint_scenarios --name NAME [--storage DIR] [--workers N] [--steps K] [--every E]
 //       [--kill-step S] [--kill-always 1] [--max-failures F] [--keep N] [--score ATTR]
 //       [--order min|max] [--resume-from DIR] [--fault-iteration I] [--out FILE] [--sync 1]
+//       [--user-state 1]   a vocabulary file and a learning-rate schedule in every checkpoint
+//       [--amp 1]          amp<bf16> with a GradScaler whose scale grows every 3 steps
 
 #include <dtrain/dtrain.hpp>
 
@@ -13,6 +15,7 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <string>
 
@@ -23,7 +26,7 @@ namespace {
 struct Args {
   std::string name = "run", storage = "checkpoint_runs", out, score, order = "max", resume_from;
   int workers = 2, steps = 40, every = 5, kill_step = -1, max_failures = 0, keep = 0;
-  bool kill_always = false;
+  bool kill_always = false, user_state = false, amp = false;
   std::int64_t batch = 32;
 };
 
@@ -46,6 +49,8 @@ Args parse(int argc, char** argv) {
     else if (f == "--fault-iteration") dtrain_test::crash_at_iteration = std::stoll(v);
     else if (f == "--out") a.out = v;
     else if (f == "--batch") a.batch = std::stoll(v);
+    else if (f == "--user-state") a.user_state = v == "1";
+    else if (f == "--amp") a.amp = v == "1";
     else if (f == "--tag") {}  // only marks the processes
     else throw std::invalid_argument("unknown flag " + f);
   }
@@ -66,13 +71,43 @@ torch::nn::Sequential small_model() {
   return Sequential(Linear(20, 32), Tanh(), Dropout(0.2), Linear(32, 32), Tanh(), Linear(32, 10));
 }
 
+// A scheduler-like user object: the learning rate decays every step, so a resume that lost its
+// state would train with another rate and end with other parameters.
+struct StepDecay {
+  double lr = 0.05;
+  std::int64_t steps = 0;
+  double next() {
+    ++steps;
+    lr *= 0.98;
+    return lr;
+  }
+  void save(torch::serialize::OutputArchive& a) const {
+    a.write("lr", torch::tensor(lr, torch::kDouble));
+    a.write("steps", torch::tensor(steps));
+  }
+  void load(torch::serialize::InputArchive& a) {
+    torch::Tensor l, s;
+    a.read("lr", l);
+    a.read("steps", s);
+    lr = l.item<double>();
+    steps = s.item<std::int64_t>();
+  }
+};
+
 // checkpointer::directory<>, with a crash in the middle of one write when --fault-iteration asks.
-using Trainer = dtrain::Trainer<torch::nn::Sequential, dtrain::data::TensorDataset, dtrain_test::crashing_directory>;
+using PlainTrainer = dtrain::Trainer<torch::nn::Sequential, dtrain::data::TensorDataset, dtrain_test::crashing_directory>;
 
-}  // namespace
+// Loss scaling whose state changes within a short run: the scale doubles every 3 clean steps, so a
+// resume that did not restore the GradScaler would report another loss_scale.
+struct fast_growth {
+  static constexpr bool enabled = true;
+  static constexpr dtrain::precision::GradScalerOptions options{.init_scale = 1024, .growth_interval = 3};
+};
+using AmpTrainer = dtrain::Trainer<torch::nn::Sequential, dtrain::data::TensorDataset, dtrain_test::crashing_directory,
+                                   dtrain::precision::amp<dtrain::precision::bf16, fast_growth>>;
 
-int main(int argc, char** argv) try {
-  const Args a = parse(argc, argv);
+template <class Trainer>
+int train(const Args& a) {
   const auto data = synthetic(1024, 20);
   dtrain::RunConfig run{.storage_path = a.storage, .name = a.name,
                         .rendezvous_timeout = std::chrono::seconds(20),
@@ -83,12 +118,22 @@ int main(int argc, char** argv) try {
   if (!a.resume_from.empty()) run.resume_from = a.resume_from;
   Trainer trainer({.num_workers = a.workers}, run);
 
-  const auto result = trainer.fit([&](Trainer::context& ctx) {
+  const auto result = trainer.fit([&](typename Trainer::context& ctx) {
     torch::manual_seed(ctx.world_rank() + 7);
     auto model = ctx.prepare_model(small_model());
     torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+    StepDecay decay;
+    const std::string vocab = "vocab.txt";  // rank 0's, in the working directory
     if (auto ck = ctx.get_checkpoint()) {
       ctx.restore(*ck, model, sgd);
+      if (a.user_state) {
+        ck->load_object("scheduler", decay);
+        std::ifstream in(ck->file("vocab.txt"));
+        const std::string text{std::istreambuf_iterator<char>(in), {}};
+        if (ctx.world_rank() == 0)
+          std::cerr << "USER STATE scheduler " << (decay.steps == ck->steps() ? "ok" : "bad") << " vocabulary "
+                    << (text == "steps " + std::to_string(ck->steps()) + "\n" ? "ok" : "bad") << std::endl;
+      }
       if (ctx.world_rank() == 0)
         std::cerr << "RESUMED " << ck->path().string() << " steps=" << ck->steps() << std::endl;
     }
@@ -99,14 +144,24 @@ int main(int argc, char** argv) try {
         if (ctx.steps() == a.steps) break;
         if (ctx.world_rank() == 1 && ctx.steps() == a.kill_step && (a.kill_always || ctx.attempt() == 0))
           std::raise(SIGKILL);
+        if (a.user_state)
+          for (auto& group : sgd.param_groups()) static_cast<torch::optim::SGDOptions&>(group.options()).lr(decay.next());
         sgd.zero_grad();
-        auto loss = torch::nn::functional::cross_entropy(model->forward(batch.data), batch.target);
+        torch::Tensor loss;
+        {
+          auto autocast = ctx.autocast();
+          loss = torch::nn::functional::cross_entropy(model->forward(batch.data), batch.target);
+        }
         ctx.backward(loss);
         ctx.step(sgd);
         if (ctx.steps() % a.every == 0) {
           const auto s = ctx.steps();
-          ctx.report({{"loss", loss.item<double>()}, {"score", (s * 7) % 11}},
-                     ctx.checkpoint(model, sgd, {{"extra_steps", s}}));
+          auto snapshot = ctx.checkpoint(model, sgd, {{"extra_steps", s}});
+          if (a.user_state) {
+            if (ctx.world_rank() == 0) std::ofstream(vocab) << "steps " << s << "\n";
+            snapshot.with_file("vocab.txt", vocab).with_object("scheduler", decay);
+          }
+          ctx.report({{"loss", loss.item<double>()}, {"score", (s * 7) % 11}}, std::move(snapshot));
         }
       }
       if (ctx.steps() == a.steps) break;
@@ -128,6 +183,13 @@ int main(int argc, char** argv) try {
   for (const auto& [k, v] : result.metrics) std::cout << ' ' << k << '=' << v.text();
   std::cout << std::endl;
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Args a = parse(argc, argv);
+  return a.amp ? train<AmpTrainer>(a) : train<PlainTrainer>(a);
 } catch (const dtrain::Error& e) {
   std::cout << "ERROR " << e.what() << std::endl;
   return 3;

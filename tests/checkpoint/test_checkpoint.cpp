@@ -10,6 +10,9 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <iterator>
+#include <memory>
 #include <fstream>
 #include <random>
 #include <set>
@@ -20,6 +23,8 @@
 #include <torch/torch.h>
 
 #include <dtrain/checkpointer/checkpoint.hpp>
+#include <dtrain/checkpointer/write.hpp>
+#include <dtrain/precision/amp.hpp>
 
 namespace fs = std::filesystem;
 
@@ -94,6 +99,39 @@ std::string hex_of(const torch::Tensor& t) {
     os << "0123456789abcdef"[p[i] >> 4] << "0123456789abcdef"[p[i] & 15];
   return os.str();
 }
+
+// Runs `script` with /usr/bin/python3 and `args`; stdout and stderr together.
+Run python(const std::string& script, const std::vector<std::string>& args) {
+  std::string cmd = std::string(PYTHON3) + " -c '" + script + "'";
+  for (const auto& a : args) cmd += " '" + a + "'";
+  Run r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[1 << 16];
+  while (std::fgets(buf, sizeof buf, p)) r.output += buf;
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+// Python: load_state(path) is torch.load(path, weights_only=True), except that on torch < 2.0,
+// whose restricted unpickler lacks the float opcode (BINFLOAT: an optimizer's lr), it checks every
+// opcode and global of the pickle against what that unpickler allows, floats aside, and loads it.
+const std::string python_load_state =
+    "import pickletools, zipfile, torch\n"
+    "OPS = set(\"PROTO STOP GLOBAL NEWOBJ REDUCE BUILD APPEND APPENDS SETITEM SETITEMS MARK TUPLE TUPLE1 TUPLE2 "
+    "TUPLE3 NONE NEWFALSE NEWTRUE EMPTY_TUPLE EMPTY_LIST EMPTY_DICT EMPTY_SET BININT BININT1 BININT2 BINUNICODE "
+    "SHORT_BINSTRING BINPERSID BINGET LONG_BINGET BINPUT LONG_BINPUT LONG1 BINFLOAT\".split())\n"
+    "def load_state(path):\n"
+    "    if tuple(int(x) for x in torch.__version__.split(\".\")[:2]) >= (2, 0):\n"
+    "        return torch.load(path, weights_only=True)\n"
+    "    z = zipfile.ZipFile(path)\n"
+    "    data = z.read([n for n in z.namelist() if n.endswith(\"/data.pkl\")][0])\n"
+    "    allowed = torch._weights_only_unpickler._get_allowed_globals()\n"
+    "    for op, arg, _ in pickletools.genops(data):\n"
+    "        assert op.name in OPS, op.name\n"
+    "        assert op.name != \"GLOBAL\" or arg.replace(\" \", \".\") in allowed, arg\n"
+    "    return torch.load(path, weights_only=False)\n";
 
 // The uninterrupted reference run: 40 steps (over an epoch boundary), a checkpoint every 5.
 Run reference(const Sandbox& box) {
@@ -265,32 +303,239 @@ TEST_CASE("a checkpoint's model state loads in Python's torch.load with equal te
   latest->load_model(fresh);
   CHECK(torch::equal(fresh->named_parameters()["5.weight"], params[4]));
 
-  // Python: torch.load gives a dict of tensors; it prints each as name, dtype, shape and bytes.
-  const std::string script =
+  // Python: torch.load(weights_only=True) gives a dict of tensors, which load_state_dict(strict=True)
+  // takes into the same architecture; the module's state is printed as name, dtype, shape, bytes.
+  // The optimizer's state dict loads into torch.optim.SGD (built with another lr, which it restores).
+  const std::string script = python_load_state +
       "import sys, torch\n"
-      "d = torch.load(sys.argv[1])\n"
-      "assert isinstance(d, dict), type(d)\n"
-      "for k in sorted(d):\n"
-      "    t = d[k].contiguous()\n"
-      "    print(k, str(t.dtype), list(t.shape), t.numpy().tobytes().hex())\n";
-  const std::string cmd = std::string(PYTHON3) + " -c '" + script + "' '" +
-                          (latest->path() / "model.pt").string() + "' 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[1 << 16];
-  while (std::fgets(buf, sizeof buf, p)) out += buf;
-  const int st = pclose(p);
-  INFO(out.substr(0, 2000));
-  REQUIRE(WIFEXITED(st));
-  REQUIRE(WEXITSTATUS(st) == 0);
+      "from torch import nn\n"
+      "d = torch.load(sys.argv[1], weights_only=True)\n"
+      "assert type(d) is dict, type(d)\n"
+      "m = nn.Sequential(nn.Linear(20, 32), nn.Tanh(), nn.Dropout(0.2), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 10))\n"
+      "m.load_state_dict(d, strict=True)\n"
+      "sd = m.state_dict()\n"
+      "for k in sorted(sd):\n"
+      "    t = sd[k].contiguous()\n"
+      "    print(k, str(t.dtype), list(t.shape), t.numpy().tobytes().hex())\n"
+      "opt = torch.optim.SGD(m.parameters(), lr=1.0, momentum=0.9)\n"
+      "opt.load_state_dict(load_state(sys.argv[2]))\n"
+      "print(\"lr\", opt.param_groups[0][\"lr\"], \"momentum\", opt.param_groups[0][\"momentum\"])\n"
+      "for i, p in enumerate(m.parameters()):\n"
+      "    print(\"momentum\", i, opt.state[p][\"momentum_buffer\"].contiguous().numpy().tobytes().hex())\n";
+  const auto py = python(script, {(latest->path() / "model.pt").string(), (latest->path() / "optimizer_state.pt").string()});
+  INFO(py.output.substr(0, 2000));
+  REQUIRE(py.status == 0);
   std::string expected;
   for (const auto& [k, t] : state) {  // std::map: sorted as Python sorts them
     std::string shape = "[";
     for (std::int64_t i = 0; i < t.dim(); ++i) shape += (i ? ", " : "") + std::to_string(t.size(i));
     expected += k + " torch.float32 " + shape + "] " + hex_of(t) + "\n";
   }
-  CHECK(out == expected);
+  // C++'s own optimizer.pt, loaded into an SGD over the same parameters, holds the same buffers.
+  torch::optim::SGD sgd(fresh->parameters(), torch::optim::SGDOptions(1.0).momentum(0.9));
+  latest->load_optimizer(sgd);
+  expected += "lr 0.05 momentum 0.9\n";
+  std::int64_t i = 0;
+  for (const auto& p : fresh->parameters()) {
+    const auto& s = static_cast<const torch::optim::SGDParamState&>(*sgd.state().at(c10::guts::to_string(p.unsafeGetTensorImpl())));
+    expected += "momentum " + std::to_string(i++) + " " + hex_of(s.momentum_buffer()) + "\n";
+  }
+  CHECK(py.output == expected);
+
+  // A model.pt written before this format (torch::jit::pickle_save, type-tagged) still loads in C++.
+  const auto tagged = torch::jit::pickle_save(c10::IValue(dtrain::checkpointer::detail::named_state(*fresh, true)));
+  std::ofstream(latest->path() / "model.pt", std::ios::binary | std::ios::trunc).write(tagged.data(), tagged.size());
+  const auto old_state = latest->model_state();
+  REQUIRE(old_state.size() == names.size());
+  for (std::size_t i = 0; i < names.size(); ++i) CHECK(torch::equal(old_state.at(names[i]), params[i]));
+}
+
+namespace {
+// Parameters of `m` as "P v v v ..." lines, full precision, as the Python side prints them.
+std::vector<double> flat_values(const std::vector<torch::Tensor>& tensors) {
+  std::vector<double> v;
+  for (const auto& t : tensors) {
+    const auto c = t.detach().to(torch::kDouble).contiguous().flatten();
+    for (std::int64_t i = 0; i < c.numel(); ++i) v.push_back(c[i].item<double>());
+  }
+  return v;
+}
+
+// Fixed gradients that change from step to step, so the optimizer's state matters.
+void set_grads(torch::nn::Linear& m, int k) {
+  for (auto& p : m->parameters())
+    p.mutable_grad() = torch::linspace(-1.0, 1.0 + k, p.numel()).reshape(p.sizes()) * (k + 1) * 0.1;
+}
+}  // namespace
+
+TEST_CASE("optimizer_state.pt of SGD, Adam, AdamW, RMSprop and Adagrad continues in Python's optimizer") {
+  Sandbox box;
+  using namespace torch::optim;
+  struct Case {
+    std::string python;  // the Python optimizer, built with other options that loading replaces
+    std::function<std::unique_ptr<Optimizer>(std::vector<torch::Tensor>)> make;
+  };
+  const std::vector<Case> cases = {
+      {"torch.optim.SGD(p, lr=1.0, momentum=0.1)",
+       [](auto p) { return std::make_unique<SGD>(p, SGDOptions(0.1).momentum(0.9).weight_decay(0.01)); }},
+      {"torch.optim.Adam(p, lr=1.0)", [](auto p) { return std::make_unique<Adam>(p, AdamOptions(0.01).amsgrad(true)); }},
+      {"torch.optim.AdamW(p, lr=1.0)", [](auto p) { return std::make_unique<AdamW>(p, AdamWOptions(0.01).weight_decay(0.1)); }},
+      {"torch.optim.RMSprop(p, lr=1.0)",
+       [](auto p) { return std::make_unique<RMSprop>(p, RMSpropOptions(0.01).momentum(0.5).centered(true)); }},
+      {"torch.optim.Adagrad(p, lr=1.0)", [](auto p) { return std::make_unique<Adagrad>(p, AdagradOptions(0.1)); }},
+  };
+  for (const auto& c : cases) {
+    INFO(c.python);
+    torch::manual_seed(3);
+    torch::nn::Linear m(3, 2);
+    auto opt = c.make(m->parameters());
+    for (int k = 0; k < 2; ++k) {
+      set_grads(m, k);
+      opt->step();
+    }
+    const auto dict = dtrain::checkpointer::detail::python_optimizer_state(*opt);
+    REQUIRE(dict);
+    std::ofstream(box.file("opt.pt"), std::ios::binary) << dtrain::checkpointer::detail::torch_save_bytes(*dict);
+    std::ofstream(box.file("model.pt"), std::ios::binary)
+        << dtrain::checkpointer::detail::torch_save_bytes(
+               c10::IValue(dtrain::checkpointer::detail::named_state(*m, true)));
+    set_grads(m, 2);
+    opt->step();  // the third step, which Python takes from the saved state
+    const auto want = flat_values(m->parameters());
+
+    const std::string script = python_load_state +
+        "import sys, torch\n"
+        "m = torch.nn.Linear(3, 2)\n"
+        "m.load_state_dict(torch.load(sys.argv[1], weights_only=True), strict=True)\n"
+        "p = list(m.parameters())\n"
+        "opt = " + c.python + "\n"
+        "opt.load_state_dict(load_state(sys.argv[2]))\n"
+        "for q in p:\n"
+        "    q.grad = torch.linspace(-1.0, 3.0, q.numel()).reshape(q.shape) * 3 * 0.1\n"
+        "opt.step()\n"
+        "print(*[repr(v) for q in p for v in q.detach().double().flatten().tolist()])\n";
+    const auto py = python(script, {box.file("model.pt").string(), box.file("opt.pt").string()});
+    INFO(py.output);
+    REQUIRE(py.status == 0);
+    std::istringstream in(py.output);
+    std::vector<double> got{std::istream_iterator<double>(in), {}};
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-6).margin(1e-7));
+  }
+}
+
+TEST_CASE("a scheduler object and a vocabulary file round-trip through a kill-and-resume, bitwise equal") {
+  Sandbox box;
+  auto ref = box.scenario("--name uref --steps 40 --every 5 --user-state 1 --out uref.pt");
+  INFO(ref.output);
+  REQUIRE(ref.status == 0);
+  auto r = box.scenario("--name ukill --steps 40 --every 5 --user-state 1 --kill-step 17 --max-failures 1 --out ukill.pt");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(field(r.output, "restarts") == "1");
+  // Resumed from checkpoint 3 (step 15), or 2 when 3's write had not finished at the kill.
+  CHECK_THAT(r.output, Catch::Contains("RESUMED " + (box.run("ukill") / "checkpoint_00000").string()));
+  CHECK_THAT(r.output, Catch::Contains("USER STATE scheduler ok vocabulary ok"));
+  CHECK(same_params(box.file("uref.pt"), box.file("ukill.pt")));
+  // The scheduler changes the learning rate every step: a run without it ends elsewhere.
+  auto plain = box.scenario("--name plain --steps 40 --every 5 --out plain.pt");
+  REQUIRE(plain.status == 0);
+  CHECK_FALSE(same_params(box.file("uref.pt"), box.file("plain.pt")));
+
+  const auto ck = dtrain::checkpointer::Checkpoint::open(box.run("ukill") / "checkpoint_000008");
+  REQUIRE(ck);
+  CHECK(ck->file("vocab.txt") == ck->as_directory() / "vocab.txt");
+  CHECK(dtrain::checkpointer::detail::read_text(ck->file("vocab.txt")) == "steps 40\n");
+  CHECK(ck->has_object("scheduler"));
+  CHECK_THROWS_WITH(ck->file("labels.txt"), Catch::Contains("no file \"labels.txt\"") && Catch::Contains("\"vocab.txt\""));
+  struct Other {
+    void load(torch::serialize::InputArchive&) {}
+  } other;
+  CHECK_THROWS_WITH(ck->load_object("tokenizer", other), Catch::Contains("no object \"tokenizer\"") &&
+                                                             Catch::Contains("\"scheduler\""));
+}
+
+TEST_CASE("amp's GradScaler state is restored by ctx.restore: a killed and resumed run scales as an uninterrupted one") {
+  Sandbox box;
+  auto ref = box.scenario("--name aref --steps 40 --every 5 --amp 1 --out aref.pt");
+  INFO(ref.output);
+  REQUIRE(ref.status == 0);
+  CHECK(field(ref.output, "loss_scale") != "1024");  // it grew during the run
+  auto r = box.scenario("--name akill --steps 40 --every 5 --amp 1 --kill-step 17 --max-failures 1 --out akill.pt");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(field(r.output, "restarts") == "1");
+  CHECK(field(r.output, "loss_scale") == field(ref.output, "loss_scale"));
+  CHECK(field(r.output, "skipped_steps") == field(ref.output, "skipped_steps"));
+  CHECK(same_params(box.file("aref.pt"), box.file("akill.pt")));
+  CHECK(fs::exists(box.run("akill") / "checkpoint_000008" / "precision.pt"));
+}
+
+TEST_CASE("a corrupted user file fails the manifest, and the run falls back to the previous checkpoint") {
+  Sandbox box;
+  auto first = box.scenario("--name uhurt --steps 20 --every 5 --user-state 1");
+  INFO(first.output);
+  REQUIRE(first.status == 0);
+  const auto run = box.run("uhurt");
+  const auto c4 = run / "checkpoint_000004";
+  std::ofstream(c4 / "files" / "vocab.txt", std::ios::binary | std::ios::in | std::ios::out) << "X";
+  CHECK_THAT(dtrain::checkpointer::Checkpoint::verify(c4),
+             Catch::Contains("files/vocab.txt") && Catch::Contains("CRC-32"));
+  auto r = box.scenario("--name uhurt --steps 25 --every 5 --user-state 1");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("checkpoint " + c4.string() + " is damaged"));
+  CHECK_THAT(r.output, Catch::Contains("RESUMED " + (run / "checkpoint_000003").string() + " steps=15"));
+  CHECK_THAT(r.output, Catch::Contains("USER STATE scheduler ok vocabulary ok"));
+}
+
+TEST_CASE("with_file and with_object refuse bad names, missing files and duplicates") {
+  dtrain::checkpointer::Snapshot s;
+  s.has_model = true;
+  CHECK_THROWS_WITH(s.with_file("../x", "/etc/hostname"), Catch::Contains("cannot name a file"));
+  CHECK_THROWS_WITH(s.with_file(".hidden", "/etc/hostname"), Catch::Contains("cannot name a file"));
+  CHECK_THROWS_WITH(s.with_file("a.txt", "/nonexistent/a.txt"), Catch::Contains("not a regular file"));
+  dtrain::precision::GradScaler scaler(torch::kCPU);
+  s.with_object("scaler", scaler);
+  CHECK_THROWS_WITH(s.with_object("scaler", scaler), Catch::Contains("added twice"));
+}
+
+TEST_CASE("the GradScaler's state round-trips through an archive, and amp's state saves it") {
+  dtrain::precision::GradScalerOptions o;
+  o.init_scale = 1024;
+  o.growth_interval = 3;
+  dtrain::precision::GradScaler a(torch::kCPU, o);
+  for (bool inf : {false, false, false, true, false}) a.update(inf);  // grow, back off, one clean step
+  CHECK(a.scale_value() == 1024);
+  CHECK(a.growth_tracker() == 1);
+  torch::serialize::OutputArchive out;
+  a.save(out);
+  std::stringstream bytes;
+  out.save_to(bytes);
+  dtrain::precision::GradScaler b(torch::kCPU, o);
+  torch::serialize::InputArchive in;
+  in.load_from(bytes);
+  b.load(in);
+  CHECK(b.scale_value() == a.scale_value());
+  CHECK(b.growth_tracker() == a.growth_tracker());
+  CHECK(torch::equal(b.scale_tensor(), a.scale_tensor()));
+  // Both go on alike: two more clean steps grow the scale.
+  a.update(false), a.update(false), b.update(false), b.update(false);
+  CHECK(b.scale_value() == 2048);
+  CHECK(b.scale_value() == a.scale_value());
+
+  using amp = dtrain::precision::amp<dtrain::precision::bf16, dtrain::precision::dynamic_loss_scale>;
+  amp::state saved(torch::kCPU), restored(torch::kCPU);
+  saved.scaler()->update(true);
+  const auto archive = dtrain::checkpointer::detail::archive_bytes(saved);
+  torch::serialize::InputArchive again;
+  std::istringstream is(archive);
+  again.load_from(is);
+  restored.load(again);
+  CHECK(restored.loss_scale() == saved.loss_scale());
+  CHECK(restored.loss_scale() == 32768);
+  static_assert(!dtrain::checkpointer::SavableState<dtrain::precision::amp<dtrain::precision::bf16>::state>,
+                "amp without loss scaling has no state to save");
 }
 
 TEST_CASE("checkpoint writes run beside training and their cost is measured") {

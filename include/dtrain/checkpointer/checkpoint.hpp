@@ -4,9 +4,12 @@
 // Checkpoint that finds, verifies and loads one.
 //
 // storage_path/name/checkpoint_NNNNNN/      NNNNNN: the report iteration, zero-padded
-//   model.pt          parameters and buffers by name: torch::pickle_save of a Dict[str, Tensor]
-//                     (Python: torch.load("model.pt") gives a dict of tensors)
-//   optimizer.pt      the optimizer's state (torch::serialize::OutputArchive)
+//   model.pt          parameters and buffers by name, a dict of tensors in torch.save's zip format
+//                     without type tags (Python: torch.load("model.pt", weights_only=True))
+//   optimizer.pt      the optimizer's state (torch::serialize::OutputArchive), read by C++
+//   optimizer_state.pt  SGD/Adam/AdamW/RMSprop/Adagrad under ddp<>: Python's optimizer.state_dict()
+//   precision.pt      amp's GradScaler state (loss scale, growth tracker), under loss scaling
+//   files/NAME        the user's files (with_file); objects/NAME.pt the user's objects (with_object)
 //   state.json        counters (iteration, epoch, steps), the reported metrics, the user's extras
 //   rank_RRRRR.json   one per rank: its sampler position and its default CPU generator's state
 //   optimizer_rank_RRRRR.pt  under strategy::fsdp<> only: rank R's optimizer state (over its
@@ -17,6 +20,7 @@
 // directory is renamed into place and the run directory fsynced: a checkpoint_* directory is
 // complete or absent, and the manifest catches what the disk damaged later.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -241,6 +245,71 @@ class Checkpoint {
     return std::pair{j.at("epoch").get<std::int64_t>(), j.at("position").get<std::int64_t>()};
   }
 
+  /// The directory of the files saved with with_file(name, path), as Ray's as_directory(): read
+  /// them there (it is absent when the checkpoint holds no user file).
+  std::filesystem::path as_directory() const { return path_ / files::user_files; }
+
+  /// The path of the file saved as `name` with with_file(). Throws Error naming the files the
+  /// checkpoint holds when it has none of that name.
+  std::filesystem::path file(const std::string& name) const {
+    const auto p = as_directory() / name;
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(p, ec))
+      throw Error("checkpoint " + path_.string() + " has no file \"" + name + "\" (it holds: " +
+                  names_in(files::user_files, "") + "); save it with ctx.checkpoint(...).with_file(\"" + name +
+                  "\", path)");
+    return p;
+  }
+
+  /// Whether the checkpoint holds an object saved as `name` with with_object().
+  bool has_object(const std::string& name) const {
+    std::error_code ec;
+    return std::filesystem::is_regular_file(object_path(name), ec);
+  }
+
+  /// Loads the object saved as `name` with with_object(name, object) into `object`, through its
+  /// `load(torch::serialize::InputArchive&)`. Throws Error naming the checkpoint's objects when it
+  /// has none of that name, and the file when its load fails.
+  template <class T>
+    requires requires(T& t, torch::serialize::InputArchive& archive) { t.load(archive); }
+  void load_object(const std::string& name, T& object) const {
+    const auto p = object_path(name);
+    if (!has_object(name))
+      throw Error("checkpoint " + path_.string() + " has no object \"" + name + "\" (it holds: " +
+                  names_in(files::user_objects, ".pt") + "); save it with ctx.checkpoint(...).with_object(\"" +
+                  name + "\", object)");
+    try {
+      torch::serialize::InputArchive archive;
+      archive.load_from(p.string());
+      object.load(archive);
+    } catch (const c10::Error& e) {
+      throw Error(p.string() + ": cannot load the object \"" + name + "\" (" + e.what_without_backtrace() +
+                  "); was it saved by another type?");
+    }
+  }
+
+  /// Loads precision.pt into the Precision policy's state (`state.load(archive)`), when the
+  /// checkpoint has one: a checkpoint saved without loss scaling leaves the state as it is.
+  template <class PrecisionState>
+  void load_precision(PrecisionState& state) const {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path_ / files::precision, ec)) return;
+    torch::serialize::InputArchive archive;
+    archive.load_from((path_ / files::precision).string());
+    state.load(archive);
+  }
+
+  /// Rank `rank`'s CUDA generator on `device`, when the checkpoint saved one for that rank.
+  void restore_device_generator(int rank, torch::Device device) const {
+    if (rank < 0 || rank >= world_size_ || !device.is_cuda()) return;
+    const auto j = nlohmann::json::parse(detail::read_text(path_ / files::rank(rank)));
+    if (!j.contains("cuda_rng")) return;
+    auto bytes = detail::from_hex(j.at("cuda_rng").get<std::string>());
+    auto t = torch::empty({static_cast<std::int64_t>(bytes.size())}, torch::kUInt8);
+    std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+    detail::set_device_generator_state(device, t);
+  }
+
   /// Marks a checkpoint handed to a train loop (ctx.get_checkpoint()): its own load calls then
   /// refuse, naming ctx.restore, which also restores the rank's generator and loads through the
   /// Strategy.
@@ -251,6 +320,26 @@ class Checkpoint {
   static torch::nn::Module& as_module(M& m) {
     if constexpr (std::is_base_of_v<torch::nn::Module, M>) return m;
     else return static_cast<torch::nn::Module&>(*m);
+  }
+
+  std::filesystem::path object_path(const std::string& name) const {
+    return path_ / files::user_objects / (name + ".pt");
+  }
+
+  // The names in the checkpoint's directory `dir` (without `suffix`), for error messages.
+  std::string names_in(const char* dir, const std::string& suffix) const {
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(path_ / dir, ec)) {
+      auto n = e.path().filename().string();
+      if (!suffix.empty() && n.size() > suffix.size()) n.resize(n.size() - suffix.size());
+      names.push_back("\"" + n + "\"");
+    }
+    if (names.empty()) return "none";
+    std::sort(names.begin(), names.end());
+    std::string out;
+    for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+    return out;
   }
 
   void refuse_in_worker(const char* call) const {

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include <ATen/Context.h>
 #include <ATen/core/Generator.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/module.h>
@@ -36,6 +37,13 @@ inline constexpr const char* model = "model.pt";
 inline constexpr const char* optimizer = "optimizer.pt";
 inline constexpr const char* state = "state.json";
 inline constexpr const char* manifest = "manifest.json";
+/// The optimizer's state as Python's optimizer.state_dict() structures it (torch.save format).
+inline constexpr const char* python_optimizer = "optimizer_state.pt";
+/// The Precision policy's state (amp's GradScaler: loss scale, growth tracker).
+inline constexpr const char* precision = "precision.pt";
+/// Directories of the user's files (with_file) and objects (with_object: NAME.pt).
+inline constexpr const char* user_files = "files";
+inline constexpr const char* user_objects = "objects";
 inline std::string rank(int r) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "rank_%05d.json", r);
@@ -154,6 +162,18 @@ inline torch::Tensor default_generator_state() {
 }
 inline void set_default_generator_state(const torch::Tensor& state) {
   auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+
+/// The state of `device`'s default generator (a GPU's CUDA generator), cloned; and setting it.
+inline torch::Tensor device_generator_state(torch::Device device) {
+  auto gen = at::globalContext().defaultGenerator(device);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state().clone();
+}
+inline void set_device_generator_state(torch::Device device, const torch::Tensor& state) {
+  auto gen = at::globalContext().defaultGenerator(device);
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_state(state);
 }

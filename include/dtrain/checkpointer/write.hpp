@@ -9,8 +9,12 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 #include <torch/csrc/jit/serialization/pickle.h>
@@ -18,6 +22,7 @@
 #include <torch/types.h>
 
 #include <dtrain/checkpointer/files.hpp>
+#include <dtrain/checkpointer/python_format.hpp>
 #include <dtrain/error.hpp>
 #include <dtrain/metrics.hpp>
 #include <dtrain/run_directory.hpp>
@@ -26,16 +31,87 @@ DTRAIN_NAMESPACE_BEGIN
 
 namespace checkpointer {
 
+/// A user object a checkpoint can hold: anything that writes its state into an OutputArchive
+/// (a learning-rate scheduler, a tokenizer, precision::GradScaler). Checkpoint::load_object reads
+/// it back through `load(torch::serialize::InputArchive&)`.
+template <class T>
+concept SavableState = requires(const T& t, torch::serialize::OutputArchive& archive) { t.save(archive); };
+
+namespace detail {
+/// What `object.save(archive)` writes, serialized.
+inline std::string archive_bytes(const auto& object) {
+  torch::serialize::OutputArchive archive;
+  object.save(archive);
+  std::ostringstream os;
+  archive.save_to(os);
+  return os.str();
+}
+
+/// Throws ConfigError unless `name` can be a file name in a checkpoint: letters, digits, '.', '_'
+/// and '-', not starting with '.', at most 200 characters.
+inline void check_user_name(const std::string& name, const char* call) {
+  bool ok = !name.empty() && name.size() <= 200 && name[0] != '.';
+  for (const char c : name)
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+                c == '-');
+  if (!ok)
+    throw ConfigError(std::string(call) + ": \"" + name +
+                      "\" cannot name a file in a checkpoint; use 1 to 200 letters, digits, '.', '_' or '-', "
+                      "not starting with '.' (e.g. \"vocab.txt\")");
+}
+}  // namespace detail
+
 /// What ctx.checkpoint(model, optimizer, extras) took on the training thread: clones, so the
-/// training can go on while they are written.
+/// training can go on while they are written. with_file() and with_object() add the user's state:
+/// `ctx.checkpoint(model, opt).with_file("vocab.txt", path).with_object("scheduler", scheduler)`.
 struct Snapshot {
   bool has_model = false;
   c10::Dict<std::string, at::Tensor> model;  // rank 0 only: the state is replicated
   std::string optimizer;                     // rank 0 only: the serialized OutputArchive
   bool sharded_optimizer = false;            // every rank's own optimizer state (strategy::fsdp<>)
+  /// Rank 0, SGD/Adam/AdamW/RMSprop/Adagrad under ddp<>: optimizer_state.pt's dict for Python.
+  std::optional<c10::IValue> python_optimizer;
+  /// Rank 0: the Precision policy's state (amp's GradScaler), an OutputArchive; empty when none.
+  std::string precision;
+  /// Rank 0: the user's files (name -> bytes) and objects (name -> serialized OutputArchive).
+  std::map<std::string, std::string> user_files, user_objects;
   Metrics extras;
-  torch::Tensor generator;  // this rank's default CPU generator
+  torch::Tensor generator;       // this rank's default CPU generator
+  torch::Tensor cuda_generator;  // this rank's CUDA generator, when it trains on a GPU
   std::int64_t epoch = 0, position = 0, steps = 0;
+
+  /// Saves a copy of the file at `source` (read now) as `name` in the checkpoint, under files/,
+  /// covered by the manifest; Checkpoint::file(name) gives its path back. The model's state is
+  /// replicated, so rank 0's copy is the one saved (other ranks only check the name).
+  Snapshot& with_file(const std::string& name, const std::filesystem::path& source) & {
+    detail::check_user_name(name, "with_file");
+    if (user_files.count(name)) throw ConfigError("with_file: \"" + name + "\" is added twice to one checkpoint");
+    if (!has_model) return *this;
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(source, ec))
+      throw ConfigError("with_file(\"" + name + "\", \"" + source.string() +
+                        "\"): not a regular file; pass the path of the file to save in the checkpoint");
+    user_files.emplace(name, detail::read_text(source));
+    return *this;
+  }
+  Snapshot&& with_file(const std::string& name, const std::filesystem::path& source) && {
+    return std::move(with_file(name, source));
+  }
+
+  /// Saves `object`'s state (object.save(archive), now) as `name`; Checkpoint::load_object(name,
+  /// object) loads it back. Rank 0's object is saved, as for the model.
+  template <SavableState T>
+  Snapshot& with_object(const std::string& name, const T& object) & {
+    detail::check_user_name(name, "with_object");
+    if (user_objects.count(name)) throw ConfigError("with_object: \"" + name + "\" is added twice to one checkpoint");
+    if (!has_model) return *this;
+    user_objects.emplace(name, detail::archive_bytes(object));
+    return *this;
+  }
+  template <SavableState T>
+  Snapshot&& with_object(const std::string& name, const T& object) && {
+    return std::move(with_object(name, object));
+  }
 };
 
 namespace detail {
@@ -65,8 +141,36 @@ inline void write_rank_file(const std::filesystem::path& tmp, int rank, const Sn
                       {"epoch", s.epoch},
                       {"position", s.position},
                       {"rng", to_hex(gen.data_ptr<std::uint8_t>(), static_cast<std::size_t>(gen.numel()))}};
+  if (s.cuda_generator.defined()) {
+    const auto cuda = s.cuda_generator.contiguous();
+    j["cuda_rng"] = to_hex(cuda.data_ptr<std::uint8_t>(), static_cast<std::size_t>(cuda.numel()));
+  }
   write_file(tmp / files::rank(rank), j.dump());
   if (s.sharded_optimizer) write_file(tmp / files::rank_optimizer(rank), s.optimizer);
+}
+
+/// Rank 0's optional files: optimizer_state.pt (for Python), precision.pt, the user's files and
+/// objects. `add(name, size, crc)` lists each in the manifest.
+template <class Add>
+void write_user_state(const std::filesystem::path& tmp, const Snapshot& s, Add&& add) {
+  auto put = [&](const std::string& name, const std::string& bytes) {
+    add(name, bytes.size(), write_file(tmp / name, bytes));
+  };
+  if (s.python_optimizer) put(files::python_optimizer, torch_save_bytes(*s.python_optimizer));
+  if (!s.precision.empty()) put(files::precision, s.precision);
+  auto put_all = [&](const char* dir, const std::map<std::string, std::string>& named, const char* suffix) {
+    if (named.empty()) return;
+    std::error_code ec;
+    std::filesystem::create_directory(tmp / dir, ec);
+    if (ec) {
+      errno = ec.value();
+      io_error(tmp / dir, "create the directory");
+    }
+    for (const auto& [name, bytes] : named) put(std::string(dir) + "/" + name + suffix, bytes);
+    fsync_directory(tmp / dir);
+  };
+  put_all(files::user_files, s.user_files, "");
+  put_all(files::user_objects, s.user_objects, ".pt");
 }
 
 /// Rank 0's part: the replicated state, then (once every rank's file is there, `wait_for_ranks`)
@@ -80,8 +184,13 @@ std::filesystem::path commit(const std::filesystem::path& run_dir, std::int64_t 
   auto add = [&](const std::string& name, std::uint64_t size, std::uint32_t crc) {
     entries.push_back({{"name", name}, {"size", size}, {"crc32", crc}});
   };
-  const auto model = torch::jit::pickle_save(c10::IValue(s.model));
-  add(files::model, model.size(), write_file(tmp / files::model, model.data(), model.size()));
+  // The torch.save format without type tags: Python's torch.load(weights_only=True) reads it.
+  // On the CPU, so that the file loads on a machine without the GPU it was trained on.
+  c10::Dict<std::string, at::Tensor> model_on_cpu;
+  for (const auto& kv : s.model) model_on_cpu.insert(kv.key(), kv.value().cpu());
+  const auto model = torch_save_bytes(c10::IValue(model_on_cpu));
+  add(files::model, model.size(), write_file(tmp / files::model, model));
+  write_user_state(tmp, s, add);
   // Optimizer state sharded per rank: optimizer.pt only says so, each rank's file holds its piece.
   const std::string optimizer = s.sharded_optimizer ? sharded_optimizer_marker(world_size) : s.optimizer;
   add(files::optimizer, optimizer.size(), write_file(tmp / files::optimizer, optimizer));

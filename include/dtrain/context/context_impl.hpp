@@ -91,8 +91,14 @@ checkpointer::Snapshot Context<Policies>::checkpoint(const Module& model, Optimi
   } else if (world_rank() == 0) {
     s.optimizer = checkpointer::detail::optimizer_bytes(optimizer);
   }
+  if constexpr (!strategy_ops::shards_optimizer && std::is_base_of_v<torch::optim::Optimizer, Optimizer>)
+    if (world_rank() == 0) s.python_optimizer = checkpointer::detail::python_optimizer_state(optimizer);
+  // The Precision policy's state (amp's GradScaler); replicated, so rank 0's.
+  if constexpr (requires(const precision_state& p, torch::serialize::OutputArchive& a) { p.save(a); })
+    if (world_rank() == 0) s.precision = checkpointer::detail::archive_bytes(precision_);
   s.extras = std::move(extras);
   s.generator = checkpointer::detail::default_generator_state();
+  if (device_.is_cuda()) s.cuda_generator = checkpointer::detail::device_generator_state(device_);
   std::tie(s.epoch, s.position) = cursor_.resume_point();
   s.steps = steps_;
   checkpoints_.add_blocked(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

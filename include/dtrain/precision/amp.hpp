@@ -174,6 +174,9 @@ struct amp {
     double loss_scale() const { return scaler_ ? scaler_->scale_value() : 1.0; }
     /// The GradScaler, or null without loss scaling (for unscale() before gradient clipping).
     GradScaler* scaler() { return scaler_ ? &*scaler_ : nullptr; }
+    /// The GradScaler's state, for checkpoints (ctx.checkpoint saves it, ctx.restore loads it).
+    void save(torch::serialize::OutputArchive& archive) const requires loss_scaling { scaler_->save(archive); }
+    void load(torch::serialize::InputArchive& archive) requires loss_scaling { scaler_->load(archive); }
 
    private:
     static torch::Device check(torch::Device device) {

@@ -12,6 +12,8 @@
 
 #include <ATen/ops/_amp_foreach_non_finite_check_and_unscale.h>
 #include <ATen/ops/_amp_update_scale.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
 #include <torch/types.h>
 
 #include <dtrain/error.hpp>
@@ -150,6 +152,31 @@ class GradScaler {
   /// Optimizer steps skipped because a gradient held an inf or NaN.
   std::int64_t skipped_steps() const { return skipped_; }
   const GradScalerOptions& options() const { return options_; }
+
+  /// The state a resumed run needs to scale as the saved one would have: the scale, the clean
+  /// steps since its last change, and the skipped steps (the options come from the code).
+  void save(torch::serialize::OutputArchive& archive) const {
+    archive.write("scale", torch::tensor(scale_value_, torch::kDouble));
+    archive.write("growth_tracker", torch::tensor(clean_steps_, torch::kLong));
+    archive.write("skipped_steps", torch::tensor(skipped_, torch::kLong));
+  }
+  void load(torch::serialize::InputArchive& archive) {
+    torch::Tensor scale, tracker, skipped;
+    archive.read("scale", scale);
+    archive.read("growth_tracker", tracker);
+    archive.read("skipped_steps", skipped);
+    const double value = scale.item<double>();
+    const auto clean = tracker.item<std::int64_t>();
+    if (!(value > 0) || !std::isfinite(value) || clean < 0 || skipped.item<std::int64_t>() < 0)
+      throw Error("GradScaler::load: a saved scale of " + std::to_string(value) + ", growth tracker " +
+                  std::to_string(clean) + " and skipped steps " + std::to_string(skipped.item<std::int64_t>()) +
+                  " are not a GradScaler's state (the scale must be positive and finite, the counts >= 0)");
+    scale_value_ = value;
+    clean_steps_ = clean;
+    skipped_ = skipped.item<std::int64_t>();
+    scale_.fill_(scale_value_);
+    growth_tracker_.fill_(clean_steps_);
+  }
 
  private:
   GradScalerOptions options_;
