@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // State in the format Python's torch.save writes (a zip of data.pkl and one record per storage),
 // pickled without LibTorch's type tags: `torch.load(path, weights_only=True)` reads it, and
