@@ -304,7 +304,7 @@ class Trainer {
     while (group.running_count() > 0) {
       if (launch::stop_signals_received() > 0 && !stop_deadline) {  // ask the workers to stop
         stop_deadline = std::chrono::steady_clock::now() + run_.failure.stop_grace;
-        std::fprintf(stderr, "dtrain: stopping the workers (up to %.0f s for the loop to stop and a checkpoint "
+        std::fprintf(stderr, "dtrain: stopping the workers (up to %g s for the loop to stop and a checkpoint "
                      "to be written; a second signal kills them at once)\n",
                      std::chrono::duration<double>(run_.failure.stop_grace).count());
         // Through the store, not a forwarded signal: a Ctrl-C has reached the workers already (it
