@@ -150,9 +150,7 @@ struct mlflow {
 
   /// <storage path>/mlruns, shared by every run of the storage path: what to give
   /// `mlflow ui --backend-store-uri`.
-  static std::filesystem::path store(const std::filesystem::path& run_dir) {
-    return run_dir.parent_path() / "mlruns";
-  }
+  static std::filesystem::path store(const std::filesystem::path& run_dir) { return RunDirectory(run_dir).mlruns(); }
   /// The experiment's id: ExperimentId, or the stable id of the run's name.
   static std::string experiment(const tracking::RunRecord& run) {
     return ExperimentId >= 0 ? std::to_string(ExperimentId) : mlflow_detail::experiment_id(run.name());
