@@ -325,7 +325,11 @@ class Trainer {
         continue;
       }
       if (ended->ok()) continue;
-      if (stop_deadline) continue;  // a worker that died while stopping: the others still may finish
+      if (stop_deadline) {  // a worker died while stopping: its peers' collectives cannot complete
+        group.kill_all();
+        group.reap_all();
+        return std::nullopt;
+      }
       // One rank failed: stop the rest at once, then say who failed first and why.
       group.kill_all();
       group.reap_all();
