@@ -141,6 +141,25 @@ for sig in (signal.SIGINT, signal.SIGTERM):
         check(len(runs) == 2 and runs[1]["status"] == 3, "%s: the re-run is a second MLflow run, FINISHED" % what)
         check(tagged() == 0, "%s: no process left after the re-run" % what)
 
+# --- a signal at a random point of the start (before fit(), during the rendezvous, the first steps) --
+for i, sig in enumerate((signal.SIGINT, signal.SIGTERM, signal.SIGTERM)):
+    name = "early_%d" % i
+    proc = start(name, "--steps", steps, "--sleep-ms", 10, "--grace-ms", 5000)
+    time.sleep(rng.uniform(0.05, 1.5))
+    sent = time.time()
+    proc.send_signal(sig)
+    code, out, err = finish(proc)
+    took = time.time() - sent
+    o = outcome(name) if os.path.exists(os.path.join(storage, name, "outcome.json")) else None
+    # Before fit() installs its handlers the signal's default action ends the driver: no worker
+    # exists yet and nothing was recorded. From then on the run is stopped and recorded.
+    check(took < 5 + MARGIN and ((code == -sig and o is None) or (code == 4 and o["status"] == "stopped")),
+          "%s %d: exit %d after %.1f s, outcome %s" % (sig.name, i, code, took, o and o["status"]))
+    time.sleep(0.2)
+    check(tagged() == 0, "%s at a random point of the start: no process left" % sig.name)
+    code, out, err = finish(start(name, "--steps", 60, "--sleep-ms", 0))
+    check(code == 0 and outcome(name)["status"] == "finished", "%s at the start: a re-run finishes" % sig.name)
+
 # --- a second signal kills at once --------------------------------------------------------------
 proc = start("twice", "--steps", steps, "--sleep-ms", 10, "--grace-ms", 60000, "--on-stop", "ignore")
 wait_for_report("twice", proc)
