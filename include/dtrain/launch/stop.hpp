@@ -22,14 +22,14 @@ namespace detail {
 inline volatile std::sig_atomic_t stop_signals = 0;  // SIGINT/SIGTERM received by this process
 inline volatile std::sig_atomic_t last_stop_signal = 0;
 
-extern "C" inline void count_stop_signal(int sig) {
+inline void count_stop_signal(int sig) {
   stop_signals = stop_signals + 1;
   last_stop_signal = sig;
 }
 
 // A worker's handler: the first signal asks the loop to stop (ctx.should_stop()); a second one
 // ends the worker at once, by that signal, as if no handler were installed.
-extern "C" inline void worker_stop_signal(int sig) {
+inline void worker_stop_signal(int sig) {
   if (stop_signals > 0) {
     ::signal(sig, SIG_DFL);
     ::raise(sig);
