@@ -239,6 +239,29 @@ TEST_CASE("tracker::mlflow<>: the user from USER, LOGNAME, then the password dat
   if (logname) ::setenv("LOGNAME", saved_logname.c_str(), 1);
 }
 
+TEST_CASE("Result::from_path reads a stopped run back and names what is not a run", "[tracking][result]") {
+  TempDir dir;
+  CHECK_THROWS_MATCHES(d::Result::from_path(dir / "nothing"), d::Error, MessageContains({"outcome.json is missing", "not a run directory"}));
+  auto run = sample_run(dir / "s", "stopped");
+  run.outcome["error"] = "stopped by SIGTERM to the driver";
+  run.outcome["error_rank"] = nullptr;
+  d::tracker::directory::start(run);
+  for (const auto& row : run.history.rows()) d::MetricsHistory::append_jsonl(run.directory().history(), row);
+  d::tracking::record_evaluation(run.directory(), run.evaluations.at(0));
+  d::tracker::directory::end(run);
+  const auto r = d::Result::from_path(dir / "s");
+  CHECK(r.status == "stopped");
+  REQUIRE(r.error);
+  CHECK(r.error->status == "stopped");
+  CHECK(r.error->rank == -1);
+  CHECK(r.error->message == "stopped by SIGTERM to the driver");
+  CHECK(r.restarts == 1);
+  CHECK(r.metrics_history.size() == 3);
+  CHECK(r.metrics.at("iteration").number() == 3);
+  CHECK(r.best_checkpoints().empty());
+  CHECK(r.evaluations.size() == 1);
+}
+
 TEST_CASE("tracker::none writes nothing", "[tracking]") {
   TempDir dir;
   const auto run = sample_run(dir / "r", "finished");
