@@ -60,11 +60,26 @@ struct FailureConfig {
   /// How many failures of the worker group to recover from by starting a new group that resumes
   /// from the latest valid checkpoint; 0 stops at the first failure, -1 never stops.
   int max_failures = 0;
+  /// Whether fit() throws (WorkerError when the run failed, Stopped when a signal stopped it) or
+  /// returns a Result whose `error` says why. Throwing is the default: a failed run must not pass
+  /// for a finished one in code that never looks at the Result.
+  bool throw_on_failure = true;
+  /// After SIGINT or SIGTERM to the driver: how long the workers get to stop on their own (the
+  /// loop sees ctx.should_stop(), a checkpoint being written completes) before SIGKILL. A second
+  /// signal kills them at once.
+  std::chrono::milliseconds stop_grace = std::chrono::seconds(30);
+  /// How often ctx.should_stop() may read the store for the driver's stop request (a worker's own
+  /// SIGINT or SIGTERM is seen at once, without a read).
+  std::chrono::milliseconds stop_poll = std::chrono::milliseconds(100);
 
   void validate() const {
     if (max_failures < -1)
       throw ConfigError("FailureConfig::max_failures is " + std::to_string(max_failures) +
                         "; use -1 (unlimited), 0 (no restarts) or a positive count");
+    if (stop_grace.count() < 0 || stop_poll.count() <= 0)
+      throw ConfigError("FailureConfig: stop_grace must be zero or positive and stop_poll positive (stop_grace " +
+                        std::to_string(stop_grace.count()) + " ms, stop_poll " + std::to_string(stop_poll.count()) +
+                        " ms)");
   }
 };
 

@@ -35,6 +35,7 @@
 #include <dtrain/error.hpp>
 #include <dtrain/evaluation/classification.hpp>
 #include <dtrain/launch/group.hpp>
+#include <dtrain/launch/stop.hpp>
 #include <dtrain/metrics.hpp>
 #include <dtrain/result.hpp>
 #include <dtrain/run_directory.hpp>
@@ -64,6 +65,12 @@ class Context {
 
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
+
+  /// Whether the run is being stopped (SIGINT or SIGTERM to the driver, or to this worker under
+  /// torchrun, Slurm or Kubernetes): true on every rank from the same step on, so the loop can
+  /// save a checkpoint and return. Costs a store read at most every FailureConfig::stop_poll.
+  /// `if (ctx.should_stop()) { ctx.report(m, ctx.checkpoint(model, opt)); return; }`
+  bool should_stop() { return stop_.should_stop(steps_); }
 
   /// @name Where this worker is
   /// @{
@@ -325,6 +332,8 @@ class Context {
   tracking::ProgressMeter meter_;
   checkpointer_state checkpoints_;
   std::int64_t steps_ = 0, reports_ = 0, syncs_ = 0;
+  launch::StopRequest stop_;
+  std::optional<tracking::RunRecord> tracked_;  // rank 0: the run as the Tracker's report hook sees it
 };
 
 DTRAIN_NAMESPACE_END

@@ -34,4 +34,10 @@ struct WorkerError : Error {
   using Error::Error;
 };
 
+/// A run stopped by SIGINT or SIGTERM to the driver (FailureConfig::stop_grace); the run
+/// directory's outcome is "stopped" and running the same name again resumes it.
+struct Stopped : Error {
+  using Error::Error;
+};
+
 DTRAIN_NAMESPACE_END

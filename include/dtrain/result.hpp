@@ -2,6 +2,7 @@
 #pragma once
 // Result: what fit() returns to the driver, built from what rank 0 persisted.
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include <dtrain/checkpointer/checkpoint.hpp>
+#include <dtrain/checkpointer/retention.hpp>
+#include <dtrain/config.hpp>
 #include <dtrain/error.hpp>
 #include <dtrain/metrics.hpp>
 
@@ -151,7 +154,56 @@ struct Evaluation {
 /// A checkpoint directory: path(), metrics(), load_model(module), restore(model, optimizer).
 using Checkpoint = checkpointer::Checkpoint;
 
-/// The outcome of Trainer::fit(), in the driver.
+/// Why a run did not finish: Result::error, when FailureConfig::throw_on_failure is false.
+struct RunError {
+  /// "failed" (a worker failed more often than max_failures allows, or the group could not be
+  /// started) or "stopped" (SIGINT or SIGTERM to the driver).
+  std::string status = "failed";
+  /// The whole message fit() would have thrown: the rank, how it ended, the first error.
+  std::string message;
+  /// The rank whose failure ended the run; -1 when no single rank did (a stop, a start failure).
+  int rank = -1;
+};
+
+/// A run directory's files, read once: for the Result and for the Tracker alike.
+struct RunFiles {
+  MetricsHistory history;
+  /// evaluations.json's "evaluations" array.
+  nlohmann::json evaluations = nlohmann::json::array();
+  /// The checkpoints whose manifest verifies, newest first (each verified once; damaged ones are
+  /// reported on stderr and passed over).
+  std::vector<Checkpoint> checkpoints;
+  std::optional<checkpointer::CheckpointStats> checkpoint_stats;
+
+  static RunFiles read(const std::filesystem::path& run_dir, bool with_checkpoints) {
+    const RunDirectory dir(run_dir);
+    RunFiles f;
+    f.history = MetricsHistory::read_jsonl(dir.history());
+    if (auto doc = read_json_file(dir.evaluations()); doc.is_object())
+      f.evaluations = doc.value("evaluations", nlohmann::json::array());
+    if (!with_checkpoints) return f;
+    f.checkpoints = checkpointer::all_valid(run_dir, /*warn=*/true);
+    try {
+      if (auto stats = read_json_file(dir.checkpoint_stats()); !stats.is_null())
+        f.checkpoint_stats = stats.get<checkpointer::CheckpointStats>();
+    } catch (const std::exception&) {  // unreadable: the stats are optional
+    }
+    return f;
+  }
+
+  /// The JSON in `path`, or null when the file is absent; a file that is not JSON throws Error.
+  static nlohmann::json read_json_file(const std::filesystem::path& path) {
+    std::ifstream in(path);
+    if (!in) return nullptr;
+    try {
+      return nlohmann::json::parse(in);
+    } catch (const std::exception& e) {
+      throw Error(path.string() + ": not valid JSON (" + e.what() + "); was it cut short?");
+    }
+  }
+};
+
+/// The outcome of Trainer::fit(), in the driver, or of a run read back with Result::from_path.
 struct Result {
   /// The last metrics rank 0 reported (empty if it never reported).
   Metrics metrics;
@@ -162,6 +214,12 @@ struct Result {
   std::filesystem::path path;
   /// How many times the worker group was restarted after a failure.
   int restarts = 0;
+  /// "finished", "failed" or "stopped" (outcome.json's status; "running" for a run read back
+  /// with from_path while it still runs, or whose driver was killed).
+  std::string status = "finished";
+  /// Why the run did not finish, when fit() was asked not to throw
+  /// (FailureConfig::throw_on_failure = false) or the run was read back with from_path.
+  std::optional<RunError> error;
   /// Under checkpointer::directory<>: how long rank 0's training thread was held up by
   /// checkpoints, and how long their writes took (the last group's, from checkpoint_stats.json).
   std::optional<checkpointer::CheckpointStats> checkpoint_stats;
@@ -180,13 +238,70 @@ struct Result {
   /// The best checkpoint by CheckpointConfig::score_attribute and score_order (the latest when no
   /// score attribute is set).
   const std::optional<Checkpoint>& best_checkpoint() const { return best_; }
-  void set_checkpoints(std::optional<Checkpoint> latest, std::optional<Checkpoint> best) {
-    latest_ = std::move(latest);
-    best_ = std::move(best);
+  /// Every valid checkpoint of the run, each with its metrics(), in retention order: best first
+  /// by score_attribute and score_order (newest first when no score attribute is set), as
+  /// CheckpointConfig::num_to_keep ranks them. best_checkpoints().front() is best_checkpoint().
+  const std::vector<Checkpoint>& best_checkpoints() const { return ranked_; }
+  /// Sets latest, best and the ranked list from the valid checkpoints (newest first).
+  void set_checkpoints(const std::vector<Checkpoint>& valid, const CheckpointConfig& config) {
+    latest_ = valid.empty() ? std::nullopt : std::optional<Checkpoint>(valid.front());
+    best_ = checkpointer::best_of(valid, config);
+    ranked_ = valid;
+    const bool higher = config.score_order == ScoreOrder::max;
+    std::stable_sort(ranked_.begin(), ranked_.end(), [&](const Checkpoint& a, const Checkpoint& b) {
+      return checkpointer::scores_better(a.metrics(), a.iteration(), b.metrics(), b.iteration(),
+                                         config.score_attribute, higher);
+    });
+  }
+
+  /// The Result of a run directory's files: what fit() returned when the run ended (finished,
+  /// failed or stopped), rebuilt from metrics.jsonl, outcome.json, params.json's checkpoint
+  /// config, evaluations.json and the checkpoints. Throws Error when `run_dir` is not a run
+  /// directory.
+  static Result from_path(const std::filesystem::path& run_dir) {
+    const RunDirectory dir(run_dir);
+    const auto outcome = RunFiles::read_json_file(dir.outcome());
+    if (!outcome.is_object())
+      throw Error(dir.outcome().string() + " is missing: " + run_dir.string() +
+                  " is not a run directory written by fit() with a Tracker that records the outcome "
+                  "(tracker::directory or tracker::mlflow<>)");
+    CheckpointConfig config;
+    if (auto params = RunFiles::read_json_file(dir.params()); params.is_object() && params.contains("checkpoint")) {
+      const auto& c = params.at("checkpoint");
+      config.num_to_keep = c.value("num_to_keep", 0);
+      config.score_attribute = c.value("score_attribute", std::string());
+      config.score_order = c.value("score_order", std::string("max")) == "min" ? ScoreOrder::min : ScoreOrder::max;
+    }
+    std::optional<RunError> error;
+    const auto status = outcome.value("status", std::string("running"));
+    if (status == "failed" || status == "stopped") {
+      const auto& e = outcome.value("error", nlohmann::json());
+      const auto& r = outcome.value("error_rank", nlohmann::json());
+      error = RunError{status, e.is_string() ? e.get<std::string>() : status, r.is_number_integer() ? r.get<int>() : -1};
+    }
+    return assemble(RunFiles::read(run_dir, /*with_checkpoints=*/true), run_dir, config,
+                    outcome.value("restarts", 0), status, std::move(error));
+  }
+
+  /// A Result from what was read of the run directory (fit() and from_path share it).
+  static Result assemble(const RunFiles& files, const std::filesystem::path& run_dir, const CheckpointConfig& config,
+                         int restarts, std::string status, std::optional<RunError> error) {
+    Result r;
+    r.path = run_dir;
+    r.restarts = restarts;
+    r.status = std::move(status);
+    r.error = std::move(error);
+    r.metrics_history = files.history;
+    if (!r.metrics_history.empty()) r.metrics = r.metrics_history.rows().back();
+    r.evaluations = Evaluation::from_json(files.evaluations, RunDirectory(run_dir).evaluations().string());
+    r.set_checkpoints(files.checkpoints, config);
+    r.checkpoint_stats = files.checkpoint_stats;
+    return r;
   }
 
  private:
   std::optional<Checkpoint> latest_, best_;
+  std::vector<Checkpoint> ranked_;
 };
 
 DTRAIN_NAMESPACE_END

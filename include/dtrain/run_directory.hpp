@@ -13,7 +13,7 @@
 //   evaluations.json   evaluations recorded with ctx.record_evaluation
 //   outcome.json       running / finished / failed (with the cause), restarts and their causes
 //   report.html        the self-contained HTML report
-//   mlruns/            under tracker::mlflow<>: MLflow's file store
+//   ../mlruns/         under tracker::mlflow<>: MLflow's file store, one per storage path
 //
 // docs/run-directory.md describes each file's fields for readers in other languages.
 
@@ -59,7 +59,8 @@ class RunDirectory {
   std::filesystem::path evaluations() const { return root_ / "evaluations.json"; }
   std::filesystem::path outcome() const { return root_ / "outcome.json"; }
   std::filesystem::path report() const { return root_ / "report.html"; }
-  std::filesystem::path mlruns() const { return root_ / "mlruns"; }
+  /// MLflow's file store of tracker::mlflow<>: the storage path's, shared by its runs.
+  std::filesystem::path mlruns() const { return root_.parent_path() / "mlruns"; }
   /// @}
 
   /// @name Checkpoint directories

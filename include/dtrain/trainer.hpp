@@ -28,6 +28,7 @@
 #include <dtrain/launch/environment.hpp>
 #include <dtrain/launch/process.hpp>
 #include <dtrain/launch/rendezvous.hpp>
+#include <dtrain/launch/stop.hpp>
 #include <dtrain/policy/resolve.hpp>
 #include <dtrain/result.hpp>
 #include <dtrain/run_directory.hpp>
@@ -122,6 +123,7 @@ class Trainer {
     int status = 0;
     c10::intrusive_ptr<c10d::Store> store;
     try {
+      launch::install_worker_stop_handlers();
       detail::set_worker_threads(scaling_.threads_per_worker);
       store = launch::connect_store(who, run_.rendezvous_timeout);
       launch::rendezvous(*store, who, run_.rendezvous_timeout);
@@ -158,6 +160,7 @@ class Trainer {
 
   template <class Loop>
   Result drive(Loop& loop) {
+    launch::StopSignals stop_signals;  // SIGINT/SIGTERM stop the workers (run_group), then the run
     RunDirectory(run_.path()).create();
     const auto addr = launch::detail::env("MASTER_ADDR").value_or("127.0.0.1");
     const int port = launch::detail::env_int("MASTER_PORT", 0);
@@ -206,9 +209,11 @@ class Trainer {
       try {
         failure = run_group(loop, *store, n, attempt, fork_workers, variables);
       } catch (const std::exception& e) {  // the group could not be started or watched
-        end_run(record, "failed", static_cast<int>(failures.size()), e.what());
-        throw;
+        auto result = end_run(record, "failed", static_cast<int>(failures.size()), e.what());
+        if (run_.failure.throw_on_failure) throw;
+        return result;
       }
+      if (launch::stop_signals_received() > 0) return stop_run(record, static_cast<int>(failures.size()));
       if (!failure) break;
       failures.push_back(std::move(*failure));
       nlohmann::json failed = {{"time", unix_now()}, {"attempt", attempt}, {"cause", failures.back()},
@@ -229,7 +234,8 @@ class Trainer {
         record.outcome["failures"].back()["resumed_iteration"] = nullptr;  // no group resumed
         record.outcome["failures"].back()["resumed_step"] = nullptr;
         try {
-          end_run(record, "failed", static_cast<int>(failures.size()) - 1, msg);
+          auto result = end_run(record, "failed", static_cast<int>(failures.size()) - 1, msg, failed_rank_);
+          if (!run_.failure.throw_on_failure) return result;
         } catch (const std::exception& e) {  // the training error matters more
           std::fprintf(stderr, "dtrain: warning: the tracker could not record the failure: %s\n", e.what());
         }
@@ -242,41 +248,37 @@ class Trainer {
     return end_run(record, "finished", static_cast<int>(failures.size()), "");
   }
 
+  // A run stopped by SIGINT or SIGTERM: recorded as "stopped" (MLflow's KILLED); a re-run of the
+  // same name resumes from its latest checkpoint.
+  Result stop_run(tracking::RunRecord& record, int restarts) const {
+    const int sig = launch::last_stop_signal();
+    const std::string msg = std::string("stopped by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
+                            " to the driver; run " + run_.path().string() +
+                            " again (the same storage path and name) to resume from its latest checkpoint";
+    std::fprintf(stderr, "dtrain: %s\n", msg.c_str());
+    auto result = end_run(record, "stopped", restarts, msg);
+    if (run_.failure.throw_on_failure) throw Stopped(msg);
+    return result;
+  }
+
   // The run's end, for the Tracker and the Result alike: the run directory read once, its
   // checkpoints verified once (damaged ones are reported on stderr and passed over).
-  Result end_run(tracking::RunRecord& record, const std::string& status, int restarts, const std::string& error) const {
+  Result end_run(tracking::RunRecord& record, const std::string& status, int restarts, const std::string& error,
+                 int error_rank = -1) const {
     record.outcome["status"] = status;
     record.outcome["end_time"] = unix_now();
     record.outcome["restarts"] = restarts;
     record.outcome["error"] = error.empty() ? nlohmann::json(nullptr) : nlohmann::json(error);
-    const RunDirectory dir(run_.path());
-    record.history = MetricsHistory::read_jsonl(dir.history());
-    record.evaluations = tracking::read_json(dir.evaluations(), nlohmann::json::object()).value("evaluations", nlohmann::json::array());
-    std::vector<Checkpoint> valid;
-    if constexpr (persists) {
-      valid = checkpointer::all_valid(run_.path(), /*warn=*/true);
-      record.checkpoints = tracking::checkpoint_index(valid, run_.checkpoint);
-    }
+    record.outcome["error_rank"] = error_rank >= 0 ? nlohmann::json(error_rank) : nlohmann::json(nullptr);
+    const auto files = RunFiles::read(run_.path(), persists);
+    record.history = files.history;
+    record.evaluations = files.evaluations;
+    if constexpr (persists) record.checkpoints = tracking::checkpoint_index(files.checkpoints, run_.checkpoint);
     record.outcome["reports"] = record.history.size();
     policies::tracker::end(record);
-
-    Result result;
-    result.path = run_.path();
-    result.restarts = restarts;
-    result.metrics_history = record.history;
-    if (!result.metrics_history.empty()) result.metrics = result.metrics_history.rows().back();
-    result.evaluations = Evaluation::from_json(record.evaluations, dir.evaluations().string());
-    if constexpr (persists) {
-      std::optional<Checkpoint> latest;
-      if (!valid.empty()) latest = valid.front();
-      result.set_checkpoints(std::move(latest), checkpointer::best_of(valid, run_.checkpoint));
-      try {
-        const auto stats = tracking::read_json(dir.checkpoint_stats());
-        if (!stats.is_null()) result.checkpoint_stats = stats.get<checkpointer::CheckpointStats>();
-      } catch (const std::exception&) {  // unreadable: the stats are optional
-      }
-    }
-    return result;
+    std::optional<RunError> failure;
+    if (status != "finished") failure = RunError{status, error, error_rank};
+    return Result::assemble(files, run_.path(), run_.checkpoint, restarts, status, std::move(failure));
   }
 
   // Starts one group, waits for it; the description of its failure, or nothing when every rank
@@ -299,16 +301,40 @@ class Trainer {
         group.start_exec(launch::own_command_line(), env);
       }
     }
+    std::optional<std::chrono::steady_clock::time_point> stop_deadline;
     while (group.running_count() > 0) {
+      if (launch::stop_signals_received() > 0 && !stop_deadline) {  // ask the workers to stop
+        stop_deadline = std::chrono::steady_clock::now() + run_.failure.stop_grace;
+        std::fprintf(stderr, "dtrain: stopping the workers (up to %g s for the loop to stop and a checkpoint "
+                     "to be written; a second signal kills them at once)\n",
+                     std::chrono::duration<double>(run_.failure.stop_grace).count());
+        // Through the store, not a forwarded signal: a Ctrl-C has reached the workers already (it
+        // goes to the whole process group), and a second signal would kill them.
+        try {
+          store.set(launch::stop_key(attempt), launch::to_bytes("1"));
+        } catch (const std::exception&) {  // the store is the driver's own: only a bug gets here
+        }
+      }
+      if (stop_deadline && (launch::stop_signals_received() > 1 || std::chrono::steady_clock::now() > *stop_deadline)) {
+        group.kill_all();
+        group.reap_all();
+        return std::nullopt;  // the caller records the stop
+      }
       auto ended = group.poll();
       if (!ended) {
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
         continue;
       }
       if (ended->ok()) continue;
+      if (stop_deadline) {  // a worker died while stopping: its peers' collectives cannot complete
+        group.kill_all();
+        group.reap_all();
+        return std::nullopt;
+      }
       // One rank failed: stop the rest at once, then say who failed first and why.
       group.kill_all();
       group.reap_all();
+      failed_rank_ = ended->rank;
       return describe_failure(store, *ended, n, attempt);
     }
     return std::nullopt;
@@ -335,6 +361,7 @@ class Trainer {
 
   ScalingConfig scaling_;
   RunConfig run_;
+  int failed_rank_ = -1;  // the rank whose end failed the last group
 };
 
 DTRAIN_NAMESPACE_END

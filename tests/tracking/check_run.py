@@ -6,7 +6,7 @@
 
 Runs the Fashion-MNIST example (MLP, 2 workers, a short run) with tracker::mlflow<>, then checks:
 params.json, metrics.jsonl / metrics.csv, checkpoints.json, evaluations.json, outcome.json, the
-MLflow file store under mlruns/ (read the way mlflow/store/tracking/file_store.py reads it), and
+MLflow file store under the storage path's mlruns/ (read the way mlflow/store/tracking/file_store.py reads it), and
 report.html rendered by headless Chromium: the screenshot is not blank and shows the curves' colour,
 and the DOM holds the SVG curves, the final metrics table and the 10x10 confusion matrix.
 """
@@ -70,7 +70,7 @@ check({k: pol[k]["name"] for k in pol} == {"backend": "gloo", "sampler": pol["sa
                                            "precision": "fp32", "tracker": "mlflow"},
       "params.json names every policy: %s" % {k: pol[k]["name"] for k in pol})
 check("ddp<" in pol["strategy"]["type"], "a policy's numbers show in its type: " + pol["strategy"]["type"])
-check(params["scaling"] == {"num_workers": 2, "threads_per_worker": 1}, "params.json scaling")
+check(params["scaling"] == {"num_workers": 2, "threads_per_worker": 1, "use_gpu": False}, "params.json scaling")
 check(params["run"]["name"] == name and params["run"]["progress"]["verbosity"] == "normal", "params.json run")
 check(params["checkpoint"] == {"num_to_keep": 2, "score_attribute": "test_accuracy", "score_order": "max"},
       "params.json checkpoint config")
@@ -117,26 +117,30 @@ check(out["status"] == "finished" and out["error"] is None and out["restarts"] =
 check(out["end_time"] >= out["start_time"] and out["reports"] == len(rows), "outcome: times and report count")
 
 # --- MLflow's file store, read as file_store.py reads it -------------------------------------------
-store = os.path.join(run_dir, "mlruns")
+store = os.path.join(workdir, "runs", "mlruns")  # one store per storage path, beside the run directories
 check(os.path.isdir(os.path.join(store, ".trash")), "mlruns/.trash")
+check(not os.path.exists(os.path.join(run_dir, "mlruns")), "no store inside the run directory")
 experiments = [d for d in os.listdir(store) if d != ".trash"]
-check(experiments == ["0"], "one experiment, 0")
-exp = yaml.safe_load(open(os.path.join(store, "0", "meta.yaml")))
+check(len(experiments) == 1 and experiments[0].isdigit() and experiments[0] != "0",
+      "one experiment, with a numeric id (not Default's 0): %s" % experiments)
+exp_id = experiments[0]
+exp = yaml.safe_load(open(os.path.join(store, exp_id, "meta.yaml")))
 check(set(exp) == {"artifact_location", "creation_time", "experiment_id", "last_update_time", "lifecycle_stage", "name"},
       "experiment meta.yaml keys")
-check(exp["experiment_id"] == "0" and exp["name"] == "Default" and exp["lifecycle_stage"] == "active", "experiment 0 is Default, active")
-check(exp["artifact_location"] == "file://" + os.path.realpath(os.path.join(store, "0")), "experiment artifact_location")
-runs = [d for d in os.listdir(os.path.join(store, "0")) if os.path.isdir(os.path.join(store, "0", d))
+check(exp["experiment_id"] == exp_id and exp["name"] == name and exp["lifecycle_stage"] == "active",
+      "the experiment is named after the run, active")
+check(exp["artifact_location"] == "file://" + os.path.realpath(os.path.join(store, exp_id)), "experiment artifact_location")
+runs = [d for d in os.listdir(os.path.join(store, exp_id)) if os.path.isdir(os.path.join(store, exp_id, d))
         and d not in ("tags", "datasets", "traces")]
-check(len(runs) == 1, "one run in experiment 0")
+check(len(runs) == 1, "one run in the experiment")
 run_id = runs[0]
-rdir = os.path.join(store, "0", run_id)
+rdir = os.path.join(store, exp_id, run_id)
 check(re.fullmatch(r"[a-zA-Z0-9][\w\-]{0,255}", run_id) is not None, "run id passes MLflow's _validate_run_id")
 meta = yaml.safe_load(open(os.path.join(rdir, "meta.yaml")))
 check(set(meta) == {"artifact_uri", "end_time", "entry_point_name", "experiment_id", "lifecycle_stage", "run_id", "run_name",
                     "run_uuid", "source_name", "source_type", "source_version", "start_time", "status", "tags", "user_id",
                     "deleted_time"}, "run meta.yaml keys are those of _make_persisted_run_info_dict")
-check(meta["run_id"] == meta["run_uuid"] == run_id and meta["experiment_id"] == "0", "run ids and experiment id")
+check(meta["run_id"] == meta["run_uuid"] == run_id and meta["experiment_id"] == exp_id, "run ids and experiment id")
 check(meta["status"] == 3 and meta["lifecycle_stage"] == "active" and meta["source_type"] == 4, "status FINISHED (3), active, LOCAL")
 check(isinstance(meta["start_time"], int) and isinstance(meta["end_time"], int) and meta["end_time"] >= meta["start_time"],
       "start and end times in ms")
@@ -151,7 +155,7 @@ def walk(sub):  # as FileStore._get_resource_files: relative paths of every file
     return sorted(os.path.relpath(os.path.join(r, f), base) for r, _, fs in os.walk(base) for f in fs)
 
 
-name_ok = re.compile(r"^[/\w.\- :]*$")
+name_ok = re.compile(r"^[/\w.\- ]*$")  # no ':': MLflow releases before mid-2024 reject it
 metric_files = walk("metrics")
 check(all(name_ok.match(m) and not m.startswith("/") for m in metric_files), "metric names pass MLflow's validation")
 
@@ -200,6 +204,9 @@ check(got.get("train_loop_config.model") == "mlp" and got.get("scaling.num_worke
 tags = {k: open(os.path.join(rdir, "tags", k)).read() for k in walk("tags")}
 check(tags.get("mlflow.source.type") == "LOCAL" and tags.get("dtrain.outcome") == "finished"
       and tags.get("dtrain.restarts") == "0" and "mlflow.user" in tags, "tags")
+import pwd  # noqa: E402
+user = os.environ.get("USER") or os.environ.get("LOGNAME") or pwd.getpwuid(os.getuid()).pw_name
+check(tags.get("mlflow.user") == user and meta["user_id"] == user, "the user from $USER, $LOGNAME or getpwuid: %s" % user)
 check({"report.html", "metrics.csv", "params.json", "outcome.json", "checkpoints.json", "evaluations.json"}
       <= set(os.listdir(os.path.join(rdir, "artifacts"))), "artifacts: the run's files")
 

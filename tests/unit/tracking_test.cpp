@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "support.hpp"
 
+#include <pwd.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -168,13 +169,98 @@ TEST_CASE("tracker::mlflow<>: a failed run's meta.yaml, metrics, params and tags
   CHECK(slurp(rdir / "tags" / "mlflow.runName") == "r");
   CHECK(slurp(rdir / "tags" / "dtrain.outcome") == "failed");
   CHECK(slurp(rdir / "tags" / "mlflow.note.content") == "failed: training failed 2 times");
-  CHECK(slurp(dir / "r" / "mlruns" / "0" / "meta.yaml").find("name: 'Default'\n") != std::string::npos);
+  // One store per storage path, the experiment named after the run, its id stable.
+  const auto experiment = d::tracker::mlflow_detail::experiment_id("r");
+  CHECK(rdir.parent_path() == dir / "mlruns" / experiment);
+  CHECK(slurp(dir / "mlruns" / experiment / "meta.yaml").find("name: 'r'\n") != std::string::npos);
+  CHECK(slurp(dir / "mlruns" / experiment / "meta.yaml").find("experiment_id: '" + experiment + "'\n") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir / "r" / "mlruns"));
   CHECK(std::filesystem::exists(rdir / "artifacts" / "report.html"));
   CHECK(slurp(dir / "r" / "outcome.json").find("\"status\": \"failed\"") != std::string::npos);
   // Names MLflow would reject are made valid.
   CHECK(d::tracker::mlflow_detail::key("/a/../b c") == "a/__/b c");
+  CHECK(d::tracker::mlflow_detail::key("val:loss") == "val_loss");  // ':' fails MLflow before mid-2024
   CHECK(d::tracker::mlflow_detail::value_text(2) == "2.0");
   CHECK(d::tracker::mlflow_detail::value_text(std::nan("")) == "nan");
+}
+
+TEST_CASE("tracker::mlflow<>: report() appends each row's lines while the run goes", "[tracking][mlflow]") {
+  TempDir dir;
+  auto run = sample_run(dir / "live", "running");
+  run.history = {};
+  using mlflow = d::tracker::mlflow<>;
+  // Before start() there is no MLflow run to append to (a worker under an external launcher).
+  mlflow::report(run, {{"loss", 2.0}, {"step", 1}, {"timestamp", 1000.0}});
+  CHECK_FALSE(std::filesystem::exists(mlflow::run_directory(run) / "metrics" / "loss"));
+  mlflow::start(run);
+  const auto metrics = mlflow::run_directory(run) / "metrics";
+  mlflow::report(run, {{"loss", 2.0}, {"val:acc", 0.5}, {"step", 10}, {"iteration", 1}, {"timestamp", 1001.0}});
+  CHECK(slurp(metrics / "loss") == "1001000 2.0 10\n");
+  mlflow::report(run, {{"loss", 1.0}, {"val:acc", 0.75}, {"step", 20}, {"iteration", 2}, {"timestamp", 1002.0}});
+  CHECK(slurp(metrics / "loss") == "1001000 2.0 10\n1002000 1.0 20\n");
+  CHECK(slurp(metrics / "val_acc") == "1001000 0.5 10\n1002000 0.75 20\n");
+  CHECK_FALSE(std::filesystem::exists(metrics / "iteration"));
+}
+
+TEST_CASE("tracker::mlflow<>: runs of one storage path side by side in one store", "[tracking][mlflow]") {
+  TempDir dir;
+  using mlflow = d::tracker::mlflow<>;
+  auto a = sample_run(dir / "a", "finished"), b = sample_run(dir / "b", "finished"), a2 = sample_run(dir / "a", "finished");
+  a2.outcome["start_time"] = 2000.0;  // the same name run again: a second MLflow run of its experiment
+  for (const auto* r : {&a, &b, &a2}) {
+    mlflow::start(*r);
+    mlflow::end(*r);
+  }
+  CHECK(mlflow::store(a.path) == dir / "mlruns");
+  CHECK(mlflow::run_directory(a).parent_path() == mlflow::run_directory(a2).parent_path());
+  CHECK(mlflow::run_directory(a) != mlflow::run_directory(a2));
+  CHECK(mlflow::run_directory(a).parent_path() != mlflow::run_directory(b).parent_path());
+  int experiments = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir / "mlruns")) experiments += e.path().filename() != ".trash";
+  CHECK(experiments == 2);
+  // Fixed ids: the same name, the same experiment, in any process.
+  CHECK(d::tracker::mlflow_detail::experiment_id("a") == d::tracker::mlflow_detail::experiment_id("a"));
+  CHECK(d::tracker::mlflow_detail::experiment_id("a") != d::tracker::mlflow_detail::experiment_id("b"));
+  CHECK(d::tracker::mlflow<0>::experiment(a) == "0");
+}
+
+TEST_CASE("tracker::mlflow<>: the user from USER, LOGNAME, then the password database", "[tracking][mlflow]") {
+  const char* user = std::getenv("USER");
+  const char* logname = std::getenv("LOGNAME");
+  const std::string saved_user = user ? user : "", saved_logname = logname ? logname : "";
+  ::setenv("USER", "alice", 1);
+  CHECK(d::tracker::mlflow_detail::user() == "alice");
+  ::unsetenv("USER");
+  ::setenv("LOGNAME", "bob", 1);
+  CHECK(d::tracker::mlflow_detail::user() == "bob");
+  ::unsetenv("LOGNAME");
+  const passwd* pw = ::getpwuid(::getuid());
+  CHECK(d::tracker::mlflow_detail::user() == (pw ? std::string(pw->pw_name) : std::string("unknown")));
+  if (user) ::setenv("USER", saved_user.c_str(), 1);
+  if (logname) ::setenv("LOGNAME", saved_logname.c_str(), 1);
+}
+
+TEST_CASE("Result::from_path reads a stopped run back and names what is not a run", "[tracking][result]") {
+  TempDir dir;
+  CHECK_THROWS_MATCHES(d::Result::from_path(dir / "nothing"), d::Error, MessageContains({"outcome.json is missing", "not a run directory"}));
+  auto run = sample_run(dir / "s", "stopped");
+  run.outcome["error"] = "stopped by SIGTERM to the driver";
+  run.outcome["error_rank"] = nullptr;
+  d::tracker::directory::start(run);
+  for (const auto& row : run.history.rows()) d::MetricsHistory::append_jsonl(run.directory().history(), row);
+  d::tracking::record_evaluation(run.directory(), run.evaluations.at(0));
+  d::tracker::directory::end(run);
+  const auto r = d::Result::from_path(dir / "s");
+  CHECK(r.status == "stopped");
+  REQUIRE(r.error);
+  CHECK(r.error->status == "stopped");
+  CHECK(r.error->rank == -1);
+  CHECK(r.error->message == "stopped by SIGTERM to the driver");
+  CHECK(r.restarts == 1);
+  CHECK(r.metrics_history.size() == 3);
+  CHECK(r.metrics.at("iteration").number() == 3);
+  CHECK(r.best_checkpoints().empty());
+  CHECK(r.evaluations.size() == 1);
 }
 
 TEST_CASE("tracker::none writes nothing", "[tracking]") {

@@ -14,7 +14,10 @@ DTRAIN_NAMESPACE_BEGIN
 /// starts (params, outcome "running"), and `static void end(const tracking::RunRecord&)`, called
 /// once the run finished or failed for good (outcome, checkpoint index, history, evaluations).
 ///
-/// Optional members: none.
+/// Optional members: `static void report(const tracking::RunRecord&, const Metrics& row)`, called
+/// in rank 0's worker after each report's row is appended to metrics.jsonl (the record holds the
+/// run's path and outcome.json as start() wrote it; no history). tracker::mlflow<> appends the
+/// row's metric lines there (live curves). Without it, nothing happens per report.
 ///
 /// Laws (checked by tests/laws/tracker.hpp for every model):
 /// - neither throws for a run directory that is writable;

@@ -25,7 +25,8 @@ Context<Policies>::Context(const launch::WorkerIdentity& who, c10::intrusive_ptr
       comm_(c10::make_intrusive<c10d::PrefixStore>(group_.key("pg"), group_.store_ptr()), who, run.collective_timeout),
       precision_(precision_ops::make_state(device_, comm_)),
       meter_(run.progress, who.rank == 0),
-      checkpoints_(group_, run) {
+      checkpoints_(group_, run),
+      stop_(group_, run.failure.stop_poll) {
   backend_traits<backend>::on_stall(comm_, [this] { group_.check_peers("a collective"); });
   if (who.rank == 0) dir_.create();
   std::int64_t kept = 0;  // history rows a resumed run keeps
@@ -36,6 +37,7 @@ Context<Policies>::Context(const launch::WorkerIdentity& who, c10::intrusive_ptr
     cursor_.resume(position ? position->first : ck->epoch(), position ? position->second : 0);
   }
   if (who.rank == 0) MetricsHistory::truncate_jsonl(dir_.history(), kept);
+  stop_.start_counting_at(steps_);
 }
 
 template <class Policies>
@@ -163,7 +165,13 @@ Metrics Context<Policies>::record(const Metrics& metrics) {
     row.try_emplace("skipped_steps", precision_ops::skipped_steps(precision_));
     row.try_emplace("loss_scale", precision_ops::loss_scale(precision_));
   }
-  if (world_rank() == 0) MetricsHistory::append_jsonl(dir_.history(), row);
+  if (world_rank() == 0) {
+    MetricsHistory::append_jsonl(dir_.history(), row);
+    if constexpr (requires(const tracking::RunRecord& r, const Metrics& m) { Policies::tracker::report(r, m); }) {
+      if (!tracked_) tracked_ = tracking::RunRecord::read_started(dir_.path());
+      Policies::tracker::report(*tracked_, row);
+    }
+  }
   meter_.note("report " + std::to_string(reports_) + ": " + metrics_line(metrics));
   return row;
 }

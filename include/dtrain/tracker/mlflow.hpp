@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // tracker::mlflow<>: the run directory's files, and the same run in MLflow's file-store layout,
-// so that `mlflow ui --backend-store-uri <run dir>/mlruns` shows it. No MLflow is needed to write
-// it: the layout is the one mlflow/store/tracking/file_store.py reads.
+// so that `mlflow ui --backend-store-uri <storage path>/mlruns` shows it (MLflow >= 3.13 with
+// MLFLOW_ALLOW_FILE_STORE=true). No MLflow is needed to write it: the layout is the one
+// mlflow/store/tracking/file_store.py reads. One store per storage path, one experiment per run
+// name, one MLflow run per fit() of that name: runs of one storage path appear side by side.
 //
-// <run dir>/mlruns/
+// <storage path>/mlruns/
 //   .trash/
 //   <experiment_id>/meta.yaml          artifact_location, creation_time, experiment_id,
 //                                      last_update_time, lifecycle_stage, name
@@ -13,10 +15,11 @@
 //                                      source_type, source_version, start_time, status, tags,
 //                                      user_id, deleted_time
 //     params/<key>                     the value, as text
-//     metrics/<key>                    lines "<timestamp ms> <value> <step>", one per report
+//     metrics/<key>                    lines "<timestamp ms> <value> <step>", one appended per report
 //     tags/<key>                       mlflow.runName, mlflow.user, mlflow.source.name, ...
 //     artifacts/                       report.html, metrics.csv and the run's JSON files
 
+#include <pwd.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -24,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
@@ -51,13 +55,15 @@ inline std::string quoted(const std::string& s) {  // a YAML single-quoted scala
   return q + "'";
 }
 
-/// A metric, param or tag name as MLflow accepts it (alphanumerics, '_', '-', '.', ' ', '/', ':'),
-/// other characters replaced by '_'; no leading '/' and no "..", which file_store.py rejects.
+/// A metric, param or tag name as every MLflow release accepts it (alphanumerics, '_', '-', '.',
+/// ' ', '/'), other characters replaced by '_' (':' too: releases before mid-2024 reject it, and
+/// one such key keeps the whole run list from loading); no leading '/' and no "..", which
+/// file_store.py rejects.
 inline std::string key(const std::string& name) {
   std::string k;
   for (char c : name) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-                    c == '-' || c == '.' || c == ' ' || c == '/' || c == ':';
+                    c == '-' || c == '.' || c == ' ' || c == '/';
     k += ok ? c : '_';
   }
   while (!k.empty() && k.front() == '/') k.erase(k.begin());
@@ -97,6 +103,7 @@ inline std::int64_t ms(double unix_s) { return static_cast<std::int64_t>(std::ll
 inline std::string user() {
   if (const char* u = std::getenv("USER"); u && *u) return u;
   if (const char* u = std::getenv("LOGNAME"); u && *u) return u;
+  if (const passwd* pw = ::getpwuid(::getuid()); pw && pw->pw_name && *pw->pw_name) return pw->pw_name;
   return "unknown";
 }
 
@@ -106,38 +113,66 @@ inline std::string program() {
   return ec ? std::string() : exe.string();
 }
 
+/// A stable experiment id for a run name (MLflow's file store ids are decimal integers): the same
+/// name always lands in the same experiment.
+inline std::string experiment_id(const std::string& name) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  return std::to_string((h >> 1) | (1ull << 40));  // positive, never "0" (MLflow's Default)
+}
+
+/// Appends one report's lines to `lines` (by key): every numeric metric but the bookkeeping ones.
+inline void add_row(std::map<std::string, std::string>& lines, const Metrics& row) {
+  const auto ts = row.count("timestamp") ? ms(row.at("timestamp").number()) : std::int64_t{0};
+  const auto step = row.count("step") ? static_cast<std::int64_t>(row.at("step").number()) : std::int64_t{0};
+  for (const auto& [k, v] : row) {
+    if (!v.is_number() || k == "timestamp" || k == "step" || k == "iteration" ||
+        (k.size() > 5 && k.compare(k.size() - 5, 5, "_unix") == 0))
+      continue;
+    lines[key(k)] += std::to_string(ts) + " " + value_text(v.number()) + " " + std::to_string(step) + "\n";
+  }
+}
+
 }  // namespace mlflow_detail
 
-/// tracker::directory's files, and the run in MLflow's file store under <run dir>/mlruns, in
-/// experiment `ExperimentId` (0: MLflow's "Default"). Each fit() is one MLflow run: RUNNING with
-/// its params and tags when it starts, FINISHED or FAILED with every reported metric (by step),
-/// the evaluations' metrics and the run's files as artifacts when it ends.
-template <int ExperimentId = 0>
+/// tracker::directory's files, and the run in MLflow's file store under <storage path>/mlruns, in
+/// the experiment named after the run (or experiment `ExperimentId` when it is >= 0; 0 is MLflow's
+/// "Default"). Each fit() is one MLflow run: RUNNING with its params and tags when it starts, a
+/// line per metric appended at each report (live curves), FINISHED, FAILED or KILLED (stopped by
+/// a signal) with every reported metric, the evaluations' metrics and the run's files as
+/// artifacts when it ends.
+template <int ExperimentId = -1>
 struct mlflow {
-  static_assert(ExperimentId >= 0, "dtrain::tracker::mlflow<ExperimentId>: MLflow experiment ids are >= 0 (0 is \"Default\")");
+  static_assert(ExperimentId >= -1, "dtrain::tracker::mlflow<ExperimentId>: MLflow experiment ids are >= 0 (0 is "
+                                    "\"Default\"), or -1 for an experiment per run name");
   using category = dtrain::category::tracker;
   static constexpr const char* name = "mlflow";
   static constexpr int experiment_id = ExperimentId;
 
-  /// <run dir>/mlruns: what to give `mlflow ui --backend-store-uri`.
+  /// <storage path>/mlruns, shared by every run of the storage path: what to give
+  /// `mlflow ui --backend-store-uri`.
   static std::filesystem::path store(const std::filesystem::path& run_dir) { return RunDirectory(run_dir).mlruns(); }
+  /// The experiment's id: ExperimentId, or the stable id of the run's name.
+  static std::string experiment(const tracking::RunRecord& run) {
+    return ExperimentId >= 0 ? std::to_string(ExperimentId) : mlflow_detail::experiment_id(run.name());
+  }
   /// This run's directory in the store.
   static std::filesystem::path run_directory(const tracking::RunRecord& run) {
-    return store(run.path) / std::to_string(ExperimentId) /
+    return store(run.path) / experiment(run) /
            mlflow_detail::run_id(run.path, mlflow_detail::ms(run.outcome.value("start_time", 0.0)));
   }
 
   static void start(const tracking::RunRecord& run) {
     directory::start(run);
     namespace md = mlflow_detail;
-    const auto root = store(run.path), experiment = root / std::to_string(ExperimentId), dir = run_directory(run);
+    const auto root = store(run.path), experiment = root / mlflow::experiment(run), dir = run_directory(run);
     std::filesystem::create_directories(root / ".trash");
     const auto start_ms = md::ms(run.outcome.value("start_time", 0.0));
     if (!std::filesystem::exists(experiment / "meta.yaml"))
       md::write_text(experiment / "meta.yaml",
                      "artifact_location: " + md::quoted(md::file_uri(experiment)) + "\n" +
                          "creation_time: " + std::to_string(start_ms) + "\n" +
-                         "experiment_id: " + md::quoted(std::to_string(ExperimentId)) + "\n" +
+                         "experiment_id: " + md::quoted(mlflow::experiment(run)) + "\n" +
                          "last_update_time: " + std::to_string(start_ms) + "\n" +
                          "lifecycle_stage: active\n" +
                          "name: " + md::quoted(ExperimentId == 0 ? "Default" : run.name()) + "\n");
@@ -153,22 +188,30 @@ struct mlflow {
     md::write_text(dir / "tags" / "dtrain.run_dir", std::filesystem::absolute(run.path).lexically_normal().string());
   }
 
+  /// Rank 0's worker, after each report's row is in metrics.jsonl: appends a line to each of its
+  /// metrics' files, so `mlflow ui` draws the curves while the run goes. Nothing happens for a run
+  /// that start() did not create (a worker under an external launcher).
+  static void report(const tracking::RunRecord& run, const Metrics& row) {
+    const auto dir = run_directory(run);
+    if (!std::filesystem::exists(dir / "meta.yaml")) return;
+    std::map<std::string, std::string> lines;
+    mlflow_detail::add_row(lines, row);
+    for (const auto& [k, text] : lines) {
+      std::ofstream out(dir / "metrics" / k, std::ios::app);
+      out << text;
+      out.flush();
+      if (!out) throw Error((dir / "metrics" / k).string() + ": cannot append a metric line (disk full or read-only?)");
+    }
+  }
+
   static void end(const tracking::RunRecord& run) {
     directory::end(run);
     namespace md = mlflow_detail;
     const auto dir = run_directory(run);
-    // Metrics: one line per report, at that report's step and time.
+    // Metrics: one line per report, at that report's step and time (rewritten whole: the history
+    // is the authority, and a report appended live may have been cut short).
     std::map<std::string, std::string> lines;
-    for (const auto& row : run.history.rows()) {
-      const auto ts = row.count("timestamp") ? md::ms(row.at("timestamp").number()) : std::int64_t{0};
-      const auto step = row.count("step") ? static_cast<std::int64_t>(row.at("step").number()) : std::int64_t{0};
-      for (const auto& [k, v] : row) {
-        if (!v.is_number() || k == "timestamp" || k == "step" || k == "iteration" ||
-            (k.size() > 5 && k.compare(k.size() - 5, 5, "_unix") == 0))
-          continue;
-        lines[md::key(k)] += std::to_string(ts) + " " + md::value_text(v.number()) + " " + std::to_string(step) + "\n";
-      }
-    }
+    for (const auto& row : run.history.rows()) md::add_row(lines, row);
     const double end_s = run.outcome.value("end_time", 0.0);
     const std::int64_t last_step = run.history.empty() || !run.history.rows().back().count("step")
                                        ? 0
@@ -185,7 +228,7 @@ struct mlflow {
     md::write_text(dir / "tags" / "dtrain.outcome", run.outcome.value("status", "unknown"));
     md::write_text(dir / "tags" / "dtrain.restarts", std::to_string(run.outcome.value("restarts", 0)));
     if (run.outcome.contains("error") && run.outcome.at("error").is_string())
-      md::write_text(dir / "tags" / "mlflow.note.content", "failed: " + run.outcome.at("error").get<std::string>());
+      md::write_text(dir / "tags" / "mlflow.note.content", run.outcome.value("status", "failed") + ": " + run.outcome.at("error").get<std::string>());
     // Artifacts: the run's own files, as they are now.
     const auto files = run.directory();
     for (const auto& f : {files.report(), files.history_table(), files.params(), files.outcome(),
@@ -194,8 +237,12 @@ struct mlflow {
       if (std::filesystem::exists(f, ec))
         std::filesystem::copy_file(f, dir / "artifacts" / f.filename(), std::filesystem::copy_options::overwrite_existing, ec);
     }
-    const bool finished = run.outcome.value("status", "") == "finished";
-    write_meta(run, finished ? md::run_status::finished : md::run_status::failed, md::ms(end_s));
+    const auto status = run.outcome.value("status", "");
+    write_meta(run,
+               status == "finished"  ? md::run_status::finished
+               : status == "stopped" ? md::run_status::killed
+                                     : md::run_status::failed,
+               md::ms(end_s));
   }
 
  private:
@@ -209,7 +256,7 @@ struct mlflow {
                    "artifact_uri: " + md::quoted(md::file_uri(dir / "artifacts")) + "\n" +
                        "end_time: " + (end_ms ? std::to_string(*end_ms) : std::string("null")) + "\n" +
                        "entry_point_name: ''\n" +
-                       "experiment_id: " + md::quoted(std::to_string(ExperimentId)) + "\n" +
+                       "experiment_id: " + md::quoted(experiment(run)) + "\n" +
                        "lifecycle_stage: active\n" +
                        "run_id: " + id + "\n" +
                        "run_name: " + md::quoted(run.name()) + "\n" +

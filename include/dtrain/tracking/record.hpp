@@ -103,6 +103,16 @@ struct RunRecord {
   std::string name() const { return path.filename().string(); }
   RunDirectory directory() const { return RunDirectory(path); }
 
+  /// The run as the driver started it (outcome.json's start, no history): what a Tracker's
+  /// report hook gets in rank 0's worker. Without outcome.json (a worker under an external
+  /// launcher, no driver of ours) the outcome is empty.
+  static RunRecord read_started(const std::filesystem::path& run_dir) {
+    RunRecord r;
+    r.path = run_dir;
+    r.outcome = read_json(RunDirectory(run_dir).outcome(), nlohmann::json::object());
+    return r;
+  }
+
   /// Reads a run directory back (for a report rendered again, or a test). Missing files give
   /// empty parts; a file that is not JSON throws Error naming it.
   static RunRecord read(const std::filesystem::path& run_dir) {
