@@ -120,12 +120,76 @@ int evaluation() {
 
 }  // namespace
 
+// The preemption block: a loop that saves a last checkpoint when asked to stop (nothing signals
+// this run, so it trains to the end and reports nothing; tests/signals sends the signals).
+int preemption() {
+  const auto& train = data().train();
+  using Trainer = dtrain::Trainer<Net, dtrain::data::FashionMnist, dtrain::checkpointer::directory<>>;
+  Trainer trainer({.num_workers = 2}, {.storage_path = "runs", .name = "preemption"});
+  const std::int64_t epochs = 2;
+  auto result = trainer.fit([&](Trainer::context& ctx) {
+    auto model = ctx.prepare_model(Net{});
+    torch::optim::Adam optimizer(model->parameters(), 1e-3);
+    double last_loss = 0;
+    // [preemption]
+    for (auto epoch : ctx.epochs(epochs))
+      for (auto batch : ctx.shard(train, 256)) {
+        if (ctx.should_stop()) {  // preempted: save where we are, then leave
+          ctx.report({{"loss", last_loss}, {"epoch", epoch}}, ctx.checkpoint(model, optimizer));
+          return;
+        }
+        optimizer.zero_grad();
+        auto loss = torch::nn::functional::cross_entropy(model->forward(batch.data), batch.target);
+        ctx.backward(loss);
+        ctx.step(optimizer);
+        last_loss = loss.item<double>();
+      }
+    // [preemption]
+  });
+  std::cout << "preemption: " << result.metrics_history.size() << " reports\n";
+  return 0;
+}
+
+// The Result block: a run that does not throw, its best checkpoints, and the Result read back.
+int result_without_throw() {
+  const auto& data = snippets::data();
+  using Trainer = dtrain::Trainer<Net, dtrain::data::FashionMnist, dtrain::checkpointer::directory<>>;
+  auto loop = [&](Trainer::context& ctx) {
+    auto model = ctx.prepare_model(Net{});
+    torch::optim::Adam opt(model->parameters(), 1e-3);
+    for (auto epoch : ctx.epochs(2)) {
+      for (auto batch : ctx.shard(data.train(), 128)) {
+        opt.zero_grad();
+        ctx.backward(torch::nn::functional::cross_entropy(model->forward(batch.data), batch.target));
+        ctx.step(opt);
+      }
+      ctx.report({{"epoch", epoch}}, ctx.checkpoint(model, opt));
+    }
+  };
+  // [result]
+  dtrain::RunConfig run{.storage_path = "runs", .name = "sweep_lr_0.1"};
+  run.failure.throw_on_failure = false;
+  Trainer trainer({.num_workers = 2}, run);
+  const dtrain::Result result = trainer.fit(loop);
+  if (result.error) std::cerr << result.error->status << ": " << result.error->message << "\n";
+  for (const auto& ck : result.best_checkpoints())
+    std::cout << ck.path().string() << " " << dtrain::metrics_line(ck.metrics()) << "\n";
+  // Later, in another program:
+  const auto same = dtrain::Result::from_path("runs/sweep_lr_0.1");
+  // [result]
+  std::cout << "result: " << (result.error ? "error" : "no error") << ", " << same.metrics_history.size()
+            << " reports read back\n";
+  return 0;
+}
+
 int guide(const std::string& block) {
   fresh_directory("guide_" + block);
   if (block == "trainer") return trainer_and_configuration();
   if (block == "fsdp") return sharded();
   if (block == "checkpoints") return checkpoints_in_the_loop();
   if (block == "evaluation") return evaluation();
+  if (block == "preemption") return preemption();
+  if (block == "result") return result_without_throw();
   std::cerr << "snippets guide: no block " << block << "; the blocks are trainer, fsdp, checkpoints, evaluation\n";
   return 2;
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Signal scenarios: a real driver with real workers over Gloo on loopback, checkpointing with
 // checkpointer::directory<> and tracking with tracker::mlflow<>. test_signals.py sends SIGINT and
 // SIGTERM to it, reads its MLflow store while it runs, and checks what it leaves.

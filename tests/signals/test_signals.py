@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """SIGINT and SIGTERM to a dtrain driver, the live MLflow store, and Result.
 
     test_signals.py SCENARIOS WORKDIR

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Stopping a run on SIGINT or SIGTERM: the driver's signal counter, the workers' own handlers, and
 // the agreement by which every rank's ctx.should_stop() turns true from the same step on.
