@@ -3,6 +3,7 @@
 """dtrain's example against the PyTorch DDP peer, side by side in one run, reported as ratios.
 
     benchmarks/vs_peer.py [--example build/examples/fashion_mnist] [--peer ../shared/peers/torch_ddp_peer.py]
+                          [--baseline OTHER_BUILD/examples/fashion_mnist]
                           [--steps 300] [--repeats 2] [--models cnn,mlp] [--workers 1,2]
 
 Each configuration (model x workers, global batch 128, --max-steps steps, one thread and one BLAS
@@ -24,6 +25,8 @@ p.add_argument("--steps", type=int, default=300)
 p.add_argument("--repeats", type=int, default=2)
 p.add_argument("--models", default="cnn,mlp")
 p.add_argument("--workers", default="1,2")
+p.add_argument("--baseline", help="another build of the example (e.g. the previous main's), run alternately "
+                                  "with --example: its throughput ratio shows a regression beside the noise")
 args = p.parse_args()
 
 env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
@@ -38,14 +41,28 @@ def run(cmd):
 
 common = ["--global-batch", "128", "--max-steps", str(args.steps), "--threads-per-worker", "1"]
 rows = {}
+names = iter(range(1_000_000))
+
+
+def dtrain_run(example, flags):
+    # A name of its own per run: a run directory that exists would be resumed, not trained again.
+    return run([example] + flags + ["--storage-path", "/tmp/dtrain_bench", "--name", "bench_%d_%d" % (os.getpid(), next(names))])
+
 for model in args.models.split(","):
     for workers in [int(w) for w in args.workers.split(",")]:
         flags = ["--model", model, "--workers", str(workers)] + common
-        peer, ours = [], []
+        peer, ours, base = [], [], []
         for _ in range(args.repeats):
             peer.append(run(["/usr/bin/python3", args.peer] + flags))
-            ours.append(run([args.example] + flags + ["--storage-path", "/tmp/dtrain_bench", "--name", "bench"]))
+            ours.append(dtrain_run(args.example, flags))
+            if args.baseline:
+                base.append(dtrain_run(args.baseline, flags))
         med = lambda runs, key: statistics.median(r[key] for r in runs)
+        if base:
+            print("%-4s %d worker(s): samples/s dtrain %8.0f baseline %8.0f (x%.3f) | startup_s dtrain %.2f baseline %.2f"
+                  % (model, workers, med(ours, "train_samples_per_s"), med(base, "train_samples_per_s"),
+                     med(ours, "train_samples_per_s") / med(base, "train_samples_per_s"),
+                     med(ours, "startup_s"), med(base, "startup_s")), flush=True)
         rows[(model, workers)] = {k: (med(peer, k), med(ours, k)) for k in ("train_samples_per_s", "startup_s", "wall_s")}
         r = rows[(model, workers)]
         print("%-4s %d worker(s): samples/s peer %8.0f dtrain %8.0f (x%.2f) | startup_s peer %.2f dtrain %.2f | "
