@@ -3,6 +3,7 @@
 // What is fixed when the binary is compiled lives in the policies instead.
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -59,11 +60,24 @@ struct FailureConfig {
   /// How many failures of the worker group to recover from by starting a new group that resumes
   /// from the latest valid checkpoint; 0 stops at the first failure, -1 never stops.
   int max_failures = 0;
+  /// The pause before the first restart; it doubles with each consecutive failure that made no
+  /// progress (no newer checkpoint), up to restart_backoff_max.
+  std::chrono::milliseconds restart_backoff = std::chrono::milliseconds(500);
+  std::chrono::milliseconds restart_backoff_max = std::chrono::seconds(30);
+  /// A failure with the same cause, from the same checkpoint step, this many times in a row stops
+  /// the run even under max_failures = -1: restarting again would only fail again (a full disk, a
+  /// checkpoint of another model). 0: never.
+  int max_repeated_failures = 3;
 
   void validate() const {
     if (max_failures < -1)
       throw ConfigError("FailureConfig::max_failures is " + std::to_string(max_failures) +
                         "; use -1 (unlimited), 0 (no restarts) or a positive count");
+    if (restart_backoff.count() < 0 || restart_backoff_max < restart_backoff)
+      throw ConfigError("FailureConfig: restart_backoff must be >= 0 and restart_backoff_max >= restart_backoff");
+    if (max_repeated_failures < 0)
+      throw ConfigError("FailureConfig::max_repeated_failures is " + std::to_string(max_repeated_failures) +
+                        "; use 0 (never stop on repeats) or a positive count");
   }
 };
 
@@ -86,6 +100,15 @@ struct ProgressConfig {
     if (interval.count() <= 0 || refresh.count() <= 0)
       throw ConfigError("ProgressConfig: interval and refresh must be positive durations");
   }
+};
+
+/// What fit() does with a run directory an earlier run of the same name left (RunConfig::start).
+enum class Start {
+  /// Continue it from its latest valid checkpoint (Ray Train's behaviour for a repeated name).
+  resume,
+  /// Start over: the driver renames the earlier directory to <name>.old-<UTC time> before any
+  /// worker starts; nothing is deleted.
+  fresh,
 };
 
 /// Where the run's files go, and how long workers wait for each other.
@@ -111,6 +134,11 @@ struct RunConfig {
   /// written once to the run's params with the Trainer's policies and these configs. The loop
   /// reads them back as ctx.run_config().train_loop_config.
   Metrics train_loop_config = {};
+  /// Resume an earlier run of this name (the default), or move it aside and start afresh.
+  Start start = Start::resume;
+  /// The seed of the Trainer's Sampler (sampler::distributed's shuffle) in place of its template
+  /// Seed; unset: dtrain::enable_reproducibility's seed if called, else the template's.
+  std::optional<std::uint64_t> seed = std::nullopt;
 
   std::filesystem::path path() const { return storage_path / name; }
 

@@ -36,6 +36,7 @@
 #include <dtrain/result.hpp>
 #include <dtrain/run_directory.hpp>
 #include <dtrain/sampler/cursor.hpp>
+#include <dtrain/sampler/seed.hpp>
 #include <dtrain/tracking/progress_meter.hpp>
 #include <dtrain/tracking/record.hpp>
 
@@ -137,6 +138,10 @@ class Context {
            });
   }
   std::int64_t epoch() const { return cursor_.epoch(); }
+  /// Ends the current epoch early (a per-epoch step cap, early stopping within an epoch): a
+  /// checkpoint taken after it resumes at the next epoch, not inside this one. Call it where the
+  /// loop leaves ctx.shard(...) with `break`.
+  void end_epoch() { cursor_.end_epoch(); }
 
   /// This rank's batches of `split` for the current epoch (data::batches over the Sampler's
   /// indices for this rank), global_batch / world_size samples at a time. Throws ConfigError when
@@ -157,6 +162,7 @@ class Context {
   /// are averaged over ranks when it returns. A plain loss.backward() synchronises too.
   void backward(const torch::Tensor& loss) {
     meter_.on_backward(loss);
+    cursor_.trained();
     precision_.backward(loss);
   }
 
@@ -165,6 +171,7 @@ class Context {
   bool step(Optimizer& opt) {
     check_optimizer(opt);
     const bool stepped = precision_.step(opt);
+    cursor_.trained();
     ++steps_;
     meter_.on_step(steps_, cursor_.epoch(), cursor_.epoch_batches());
     return stepped;

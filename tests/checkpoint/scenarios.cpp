@@ -5,6 +5,11 @@
 //   checkpoint_scenarios --name NAME [--storage DIR] [--workers N] [--steps K] [--every E]
 //       [--kill-step S] [--kill-always 1] [--max-failures F] [--keep N] [--score ATTR]
 //       [--order min|max] [--resume-from DIR] [--fault-iteration I] [--out FILE] [--sync 1]
+//       [--fresh 1] [--seed N] [--reproducible N] [--epoch-steps K] [--fail-at-step S] [--final 1]
+//
+// --epoch-steps K leaves every epoch after K steps with ctx.end_epoch(); --fail-at-step S throws
+// at step S on every attempt; --seed N is RunConfig::seed; --reproducible N calls
+// dtrain::enable_reproducibility(N) before fit(); --final 1 checkpoints once more after the loop.
 
 #include <dtrain/dtrain.hpp>
 
@@ -13,6 +18,8 @@
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
+#include <stdexcept>
 #include <string>
 
 #include <torch/torch.h>
@@ -22,7 +29,9 @@ namespace {
 struct Args {
   std::string name = "run", storage = "checkpoint_runs", out, score, order = "max", resume_from;
   int workers = 2, steps = 40, every = 5, kill_step = -1, max_failures = 0, keep = 0;
-  bool kill_always = false;
+  int epoch_steps = -1, fail_at_step = -1;
+  bool kill_always = false, fresh = false, final_checkpoint = false;
+  std::optional<std::uint64_t> seed, reproducible;
   std::int64_t batch = 32;
 };
 
@@ -45,6 +54,12 @@ Args parse(int argc, char** argv) {
     else if (f == "--fault-iteration") dtrain_test::crash_at_iteration = std::stoll(v);
     else if (f == "--out") a.out = v;
     else if (f == "--batch") a.batch = std::stoll(v);
+    else if (f == "--fresh") a.fresh = v == "1";
+    else if (f == "--final") a.final_checkpoint = v == "1";
+    else if (f == "--seed") a.seed = std::stoull(v);
+    else if (f == "--reproducible") a.reproducible = std::stoull(v);
+    else if (f == "--epoch-steps") a.epoch_steps = std::stoi(v);
+    else if (f == "--fail-at-step") a.fail_at_step = std::stoi(v);
     else if (f == "--tag") {}  // only marks the processes
     else throw std::invalid_argument("unknown flag " + f);
   }
@@ -72,6 +87,7 @@ using Trainer = dtrain::Trainer<torch::nn::Sequential, dtrain::data::TensorDatas
 
 int main(int argc, char** argv) try {
   const Args a = parse(argc, argv);
+  if (a.reproducible) dtrain::enable_reproducibility(*a.reproducible);
   const auto data = synthetic(1024, 20);
   dtrain::RunConfig run{.storage_path = a.storage, .name = a.name,
                         .rendezvous_timeout = std::chrono::seconds(20),
@@ -80,6 +96,9 @@ int main(int argc, char** argv) try {
                     .score_order = a.order == "min" ? dtrain::ScoreOrder::min : dtrain::ScoreOrder::max};
   run.failure.max_failures = a.max_failures;
   if (!a.resume_from.empty()) run.resume_from = a.resume_from;
+  if (a.fresh) run.start = dtrain::Start::fresh;
+  run.seed = a.seed;
+  run.failure.restart_backoff = std::chrono::milliseconds(100);
   Trainer trainer({.num_workers = a.workers}, run);
 
   const auto result = trainer.fit([&](Trainer::context& ctx) {
@@ -95,7 +114,15 @@ int main(int argc, char** argv) try {
     for (auto epoch : ctx.epochs(1000)) {
       (void)epoch;
       for (auto batch : ctx.shard(data, a.batch)) {
+        // A per-epoch step cap: the batches this epoch finished, resumed ones included.
+        if (ctx.sampler_position() == a.epoch_steps) {
+          ctx.end_epoch();
+          break;
+        }
         if (ctx.steps() == a.steps) break;
+        if (ctx.steps() == a.fail_at_step) throw std::runtime_error("the same failure at step " + std::to_string(a.fail_at_step));
+        if (ctx.world_rank() == 0 && std::getenv("SCENARIO_TRACE"))
+          std::cerr << "TRAIN epoch=" << ctx.epoch() << " first=" << batch.target[0].item<std::int64_t>() << std::endl;
         if (ctx.world_rank() == 1 && ctx.steps() == a.kill_step && (a.kill_always || ctx.attempt() == 0))
           std::raise(SIGKILL);
         sgd.zero_grad();
@@ -110,6 +137,10 @@ int main(int argc, char** argv) try {
       }
       if (ctx.steps() == a.steps) break;
     }
+    // A checkpoint after the loop (as the example's epoch-end one): its position is what the loop
+    // finished, not the batch it broke out on.
+    if (a.final_checkpoint && ctx.steps() % a.every != 0)
+      ctx.report({{"loss", 0.0}, {"score", 0}}, ctx.checkpoint(model, sgd, {{"extra_steps", ctx.steps()}}));
     if (ctx.world_rank() == 0) {
       if (!a.out.empty()) {
         std::vector<torch::Tensor> params;
