@@ -242,24 +242,28 @@ class Context {
   void restore(const checkpointer::Checkpoint& ck, Module& model) {
     auto& s = models_.of(model, "ctx.restore(checkpoint, model)");
     const auto source = (ck.path() / checkpointer::files::model).string();
-    const auto tensors = ck.model_state();
-    if (!strategy_ops::load_full_state(s, tensors, source))
-      checkpointer::Checkpoint::load_tensors(detail::as_module(model), tensors, source);
-    ck.restore_generator(world_rank());
+    naming_file(ck, checkpointer::files::model, [&] {
+      const auto tensors = ck.model_state();
+      if (!strategy_ops::load_full_state(s, tensors, source))
+        checkpointer::Checkpoint::load_tensors(detail::as_module(model), tensors, source);
+    });
+    naming_file(ck, checkpointer::files::rank(world_rank()), [&] { ck.restore_generator(world_rank()); });
   }
   /// restore(ck, model), and the optimizer's state (this rank's piece under fsdp<>, which needs
   /// the world size it was saved with).
   template <class Module, class Optimizer>
   void restore(const checkpointer::Checkpoint& ck, Module& model, Optimizer& optimizer) {
     restore(ck, model);
-    ck.load_optimizer_of_rank(optimizer, world_rank(), strategy_ops::shards_optimizer);
+    naming_file(ck, strategy_ops::shards_optimizer ? checkpointer::files::rank_optimizer(world_rank())
+                                                   : std::string(checkpointer::files::optimizer),
+                [&] { ck.load_optimizer_of_rank(optimizer, world_rank(), strategy_ops::shards_optimizer); });
   }
 
   /// Time the training thread spent on checkpoints, and time the writes took.
   const checkpointer::CheckpointStats& checkpoint_stats() const { return checkpoints_.stats(); }
 
-  /// Batches of the Trainer's Sampler handed out so far in the current epoch (the position a
-  /// checkpoint saves).
+  /// Batches of the Trainer's Sampler trained so far in the current epoch (the position a
+  /// checkpoint saves): not the batch in hand until the loop trains on it or takes the next.
   std::int64_t sampler_position() const { return cursor_.position(); }
   /// report() calls made so far on this rank.
   std::int64_t reports() const { return reports_; }
@@ -302,6 +306,24 @@ class Context {
   void finish();
 
  private:
+  // A load error that is not dtrain's own (LibTorch's, a JSON parser's) gets the file and the
+  // checkpoint named, and what to do.
+  template <class Load>
+  static void naming_file(const checkpointer::Checkpoint& ck, const std::string& file, Load&& load) {
+    try {
+      load();
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      std::string why = e.what();
+      why = why.substr(0, why.find('\n'));  // LibTorch appends a backtrace
+      throw Error((ck.path() / file).string() + ": cannot be loaded into this run (" + why + ") from checkpoint " +
+                  ck.path().filename().string() + "; was it written by another model, optimizer or version? Resume "
+                  "from another checkpoint (RunConfig::resume_from) or start afresh (RunConfig::start = "
+                  "dtrain::Start::fresh)");
+    }
+  }
+
   // Under fsdp<> an optimizer over the model's own parameters would step tensors whose gradients
   // are never kept: refuse it loudly. Checked once per optimizer, not every step.
   template <class Optimizer>

@@ -6,6 +6,7 @@
 //       [--kill-step S] [--kill-always 1] [--max-failures F] [--keep N] [--score ATTR]
 //       [--order min|max] [--resume-from DIR] [--fault-iteration I] [--out FILE] [--sync 1]
 //       [--fresh 1] [--seed N] [--reproducible N] [--epoch-steps K] [--fail-at-step S] [--final 1]
+//       [--hidden N] (another model's shape: its checkpoints do not load into the default one)
 //
 // --epoch-steps K leaves every epoch after K steps with ctx.end_epoch(); --fail-at-step S throws
 // at step S on every attempt; --seed N is RunConfig::seed; --reproducible N calls
@@ -29,7 +30,7 @@ namespace {
 struct Args {
   std::string name = "run", storage = "checkpoint_runs", out, score, order = "max", resume_from;
   int workers = 2, steps = 40, every = 5, kill_step = -1, max_failures = 0, keep = 0;
-  int epoch_steps = -1, fail_at_step = -1;
+  int epoch_steps = -1, fail_at_step = -1, hidden = 32;
   bool kill_always = false, fresh = false, final_checkpoint = false;
   std::optional<std::uint64_t> seed, reproducible;
   std::int64_t batch = 32;
@@ -56,6 +57,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--batch") a.batch = std::stoll(v);
     else if (f == "--fresh") a.fresh = v == "1";
     else if (f == "--final") a.final_checkpoint = v == "1";
+    else if (f == "--hidden") a.hidden = std::stoi(v);
     else if (f == "--seed") a.seed = std::stoull(v);
     else if (f == "--reproducible") a.reproducible = std::stoull(v);
     else if (f == "--epoch-steps") a.epoch_steps = std::stoi(v);
@@ -75,9 +77,9 @@ dtrain::data::TensorDataset synthetic(std::int64_t n, std::int64_t features) {
 
 // Dropout draws from each rank's generator, and momentum keeps optimizer state: an exact resume
 // needs both restored.
-torch::nn::Sequential small_model() {
+torch::nn::Sequential small_model(std::int64_t hidden = 32) {
   using namespace torch::nn;
-  return Sequential(Linear(20, 32), Tanh(), Dropout(0.2), Linear(32, 32), Tanh(), Linear(32, 10));
+  return Sequential(Linear(20, hidden), Tanh(), Dropout(0.2), Linear(hidden, 32), Tanh(), Linear(32, 10));
 }
 
 // checkpointer::directory<>, with a crash in the middle of one write when --fault-iteration asks.
@@ -103,7 +105,7 @@ int main(int argc, char** argv) try {
 
   const auto result = trainer.fit([&](Trainer::context& ctx) {
     torch::manual_seed(ctx.world_rank() + 7);
-    auto model = ctx.prepare_model(small_model());
+    auto model = ctx.prepare_model(small_model(a.hidden));
     torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
     if (auto ck = ctx.get_checkpoint()) {
       ctx.restore(*ck, model, sgd);

@@ -535,3 +535,14 @@ TEST_CASE("invalid_state_values_are_fallen_back_from: a state.json with iteratio
     CHECK(same_params(box.file("ref.pt"), box.file(name + ".pt")));
   }
 }
+
+TEST_CASE("checkpoint_of_another_model_names_file_and_stops: a model.pt that does not fit names the file, and restarts stop") {
+  Sandbox box;
+  REQUIRE(box.scenario("--name other --steps 10 --every 5 --hidden 48").status == 0);
+  auto r = box.scenario("--name other --steps 20 --every 5 --max-failures -1");
+  INFO(r.output);
+  CHECK(r.status == 3);
+  CHECK_THAT(r.output, Catch::Contains("checkpoint_000002/model.pt") &&
+                           Catch::Contains("same failure from the same checkpoint step 3 times in a row") &&
+                           !Catch::Contains("frame #"));
+}
