@@ -253,6 +253,14 @@ class Context {
   /// the world size it was saved with).
   template <class Module, class Optimizer>
   void restore(const checkpointer::Checkpoint& ck, Module& model, Optimizer& optimizer) {
+    // fsdp<>'s optimizer state is sharded over the ranks that saved it: another count would meet
+    // LibTorch's size mismatch. (The weights alone, restore(ck, model), load under any count.)
+    if (strategy_ops::shards_optimizer && ck.world_size() != world_size())
+      throw ConfigError(ck.path().string() + " was written by " + std::to_string(ck.world_size()) +
+                        " workers; under strategy::fsdp<> its optimizer state is sharded over them, and this run has " +
+                        std::to_string(world_size()) + ". Resume it with ScalingConfig::num_workers = " +
+                        std::to_string(ck.world_size()) + ", or restore the weights only with ctx.restore(ck, model) "
+                        "and let the optimizer start afresh");
     restore(ck, model);
     naming_file(ck, strategy_ops::shards_optimizer ? checkpointer::files::rank_optimizer(world_rank())
                                                    : std::string(checkpointer::files::optimizer),

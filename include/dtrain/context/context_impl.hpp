@@ -34,11 +34,6 @@ Context<Policies>::Context(const launch::WorkerIdentity& who, c10::intrusive_ptr
     // Another worker count re-deals the epoch's samples: only an epoch boundary resumes exactly.
     // (A rank the checkpoint had no file for would skip nothing while the others skip: a hang.)
     if (ck->world_size() != who.world_size) {
-      if constexpr (strategy_ops::shards_optimizer)
-        throw ConfigError(ck->path().string() + " was written by " + std::to_string(ck->world_size()) +
-                          " workers under strategy::fsdp<>, whose optimizer state is sharded over them; resume "
-                          "it with ScalingConfig::num_workers = " + std::to_string(ck->world_size()) +
-                          ", or start afresh (RunConfig::start = dtrain::Start::fresh)");
       std::int64_t mid_epoch = 0;
       for (int r = 0; r < ck->world_size(); ++r)
         if (const auto p = ck->sampler_state(r); p && p->second > 0) mid_epoch = p->second;
