@@ -18,7 +18,7 @@ ratio_max = float(options.get("--state-ratio-max", "0.6"))
 
 lines = {}
 for strategy in ("ddp", "fsdp"):
-    name = ["--name", "compare_" + strategy]
+    name = ["--name", "compare_" + strategy, "--fresh"]
     proc = subprocess.run(command + ["--strategy", strategy] + name, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
     sys.stderr.write(proc.stderr)

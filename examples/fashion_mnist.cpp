@@ -6,8 +6,11 @@
 //
 // Every epoch ends with a test-set evaluation and a checkpoint (checkpointer::directory<>; the 2
 // best by test accuracy are kept, beside the latest). --max-failures N restarts the workers after
-// a failure, from the latest checkpoint; --resume continues an earlier run of the same
-// --storage-path and --name from its latest checkpoint (without it a run starts afresh).
+// a failure, from the latest checkpoint. Running the same --storage-path and --name again resumes
+// the earlier run from its latest checkpoint (as Ray Train does); --fresh starts over, and the
+// library moves the earlier run aside to <name>.old-<time> (RunConfig::start), deleting nothing.
+// --seed N seeds torch and the sampler's shuffle (RunConfig::seed); --deterministic also turns on
+// LibTorch's deterministic algorithms (dtrain::enable_reproducibility).
 // --strategy fsdp trains with strategy::fsdp<> (parameters, gradients and Adam's state sharded over
 // the workers) instead of strategy::ddp<>: both trainers are compiled in, and one loop serves both.
 //
@@ -24,6 +27,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -44,7 +48,7 @@ struct Options {
   std::uint64_t seed = 0;
   int max_failures = 0, keep = 2;
   std::int64_t report_every = 0;
-  bool resume = false;
+  bool fresh = false, deterministic = false;
   std::string strategy = "ddp";
   dtrain::Verbosity verbosity = dtrain::Verbosity::normal;
 };
@@ -53,7 +57,8 @@ constexpr const char* usage =
     "usage: fashion_mnist [--model cnn|mlp] [--workers N] [--threads-per-worker N]\n"
     "                     [--global-batch N] [--epochs N] [--max-steps N] [--data-dir DIR]\n"
     "                     [--storage-path DIR] [--name NAME] [--seed N]\n"
-    "                     [--max-failures N] [--keep-checkpoints N] [--resume]\n"
+    "                     [--max-failures N] [--keep-checkpoints N] [--fresh | --resume]\n"
+    "                     [--deterministic]\n"
     "                     [--strategy ddp|fsdp] [--report-every STEPS] [--quiet | --verbose]\n";
 
 [[noreturn]] void usage_error(const std::string& why) {
@@ -69,8 +74,10 @@ Options parse(int argc, char** argv) {
       std::cout << usage;
       std::exit(0);
     }
-    if (flag == "--resume") {
-      o.resume = true;
+    if (flag == "--resume" || flag == "--fresh" || flag == "--deterministic") {
+      // --resume is the default (kept for older command lines).
+      if (flag == "--fresh") o.fresh = true;
+      if (flag == "--deterministic") o.deterministic = true;
       continue;
     }
     if (flag == "--quiet" || flag == "--verbose") {
@@ -86,35 +93,39 @@ Options parse(int argc, char** argv) {
     } else {
       usage_error("unexpected argument '" + flag + "'");
     }
-    auto integer = [&](long long min) {
+    // An integer in [min, max]; out of range (also past long long) is a usage error naming both.
+    auto integer = [&](long long min, long long max) {
       try {
         std::size_t used = 0;
         const long long v = std::stoll(value, &used);
-        if (used != value.size() || v < min) throw std::invalid_argument(value);
+        if (used != value.size() || v < min || v > max) throw std::invalid_argument(value);
         return v;
       } catch (const std::exception&) {
-        usage_error(flag + " needs an integer >= " + std::to_string(min) + ", got '" + value + "'");
+        usage_error(flag + " needs an integer from " + std::to_string(min) + " to " + std::to_string(max) +
+                    ", got '" + value + "'");
       }
     };
+    constexpr long long int_max = std::numeric_limits<int>::max();
+    constexpr long long int64_max = std::numeric_limits<std::int64_t>::max();
     if (flag == "--model") {
       if (value != "cnn" && value != "mlp") usage_error("--model must be cnn or mlp, got '" + value + "'");
       o.model = value;
-    } else if (flag == "--workers") o.workers = static_cast<int>(integer(1));
-    else if (flag == "--threads-per-worker") o.threads_per_worker = static_cast<int>(integer(1));
-    else if (flag == "--global-batch") o.global_batch = integer(1);
-    else if (flag == "--epochs") o.epochs = integer(1);
-    else if (flag == "--max-steps") o.max_steps = integer(1);
+    } else if (flag == "--workers") o.workers = static_cast<int>(integer(1, 4096));
+    else if (flag == "--threads-per-worker") o.threads_per_worker = static_cast<int>(integer(1, 4096));
+    else if (flag == "--global-batch") o.global_batch = integer(1, int_max);
+    else if (flag == "--epochs") o.epochs = integer(1, int_max);
+    else if (flag == "--max-steps") o.max_steps = integer(1, int64_max);
     else if (flag == "--data-dir") o.data_dir = value;
     else if (flag == "--storage-path") o.storage_path = value;
     else if (flag == "--name") o.name = value;
-    else if (flag == "--seed") o.seed = static_cast<std::uint64_t>(integer(0));
-    else if (flag == "--max-failures") o.max_failures = static_cast<int>(integer(-1));
-    else if (flag == "--keep-checkpoints") o.keep = static_cast<int>(integer(0));
+    else if (flag == "--seed") o.seed = static_cast<std::uint64_t>(integer(0, int64_max));
+    else if (flag == "--max-failures") o.max_failures = static_cast<int>(integer(-1, int_max));
+    else if (flag == "--keep-checkpoints") o.keep = static_cast<int>(integer(0, int_max));
     else if (flag == "--strategy") {
       if (value != "ddp" && value != "fsdp") usage_error("--strategy must be ddp or fsdp, got '" + value + "'");
       o.strategy = value;
     }
-    else if (flag == "--report-every") o.report_every = integer(0);
+    else if (flag == "--report-every") o.report_every = integer(0, int64_max);
     else usage_error("unknown flag " + flag);
   }
   if (o.global_batch % o.workers != 0)
@@ -145,9 +156,12 @@ using Predictor = dtrain::evaluation::Predictor<torch::nn::Sequential>;
 
 int main(int argc, char** argv) try {
   const Options opt = parse(argc, argv);
+  if (opt.deterministic) dtrain::enable_reproducibility(opt.seed);
   const auto data = dtrain::data::FashionMnist::load(opt.data_dir);  // runs on every worker
 
   dtrain::RunConfig run{.storage_path = opt.storage_path, .name = opt.name};
+  run.start = opt.fresh ? dtrain::Start::fresh : dtrain::Start::resume;
+  run.seed = opt.seed;  // the sampler's shuffle
   run.checkpoint = {.num_to_keep = opt.keep, .score_attribute = "test_accuracy",
                     .score_order = dtrain::ScoreOrder::max};
   run.failure.max_failures = opt.max_failures;
@@ -156,10 +170,6 @@ int main(int argc, char** argv) try {
                            {"learning_rate", 1e-3}, {"optimizer", "adam"}, {"seed", static_cast<std::int64_t>(opt.seed)},
                            {"max_steps", opt.max_steps ? *opt.max_steps : std::int64_t{-1}}};
   const auto class_names = dtrain::evaluation::class_names(dtrain::data::FashionMnist::class_names);
-  // A fresh run unless --resume: the driver (only it: workers are started with RANK set, also on a
-  // restart) removes the checkpoints an earlier run left under this name.
-  if (!opt.resume && !dtrain::launch::detect_worker())
-    for (const auto& [iteration, dir] : dtrain::RunDirectory(run.path()).checkpoints()) std::filesystem::remove_all(dir);
   const dtrain::ScalingConfig scaling{.num_workers = opt.workers, .threads_per_worker = opt.threads_per_worker};
   // The train loop, the same for both strategies: the optimizer is built over ctx.parameters(model)
   // (fsdp<>: this rank's shards) and the model is called through ctx.forward.
@@ -169,14 +179,19 @@ int main(int argc, char** argv) try {
     torch::optim::Adam adam(ctx.parameters(model), torch::optim::AdamOptions(1e-3));
     const auto& train = data.train();
 
-    // Counters that a resumed run continues from its checkpoint's extras.
-    std::int64_t samples = 0;
+    // Counters that a resumed run continues from its checkpoint's extras. The sample count is the
+    // group's (a resume may have another worker count); the first step's time only when the
+    // checkpoint was written by this same invocation (a restart), else this run's startup counts.
+    std::int64_t samples = 0, samples_before = 0;
     double loop_s = 0, first_step_unix = 0;
     if (auto ck = ctx.get_checkpoint()) {
       ctx.restore(*ck, model, adam);
-      samples = static_cast<std::int64_t>(ck->extras().at("samples").number());
-      loop_s = ck->extras().at("loop_s").number();
-      first_step_unix = ck->extras().at("first_step_unix").number();
+      const auto& extras = ck->extras();
+      samples_before = extras.count("global_samples")
+                           ? static_cast<std::int64_t>(extras.at("global_samples").number())
+                           : static_cast<std::int64_t>(extras.at("samples").number()) * ck->world_size();
+      loop_s = extras.at("loop_s").number();
+      if (const double t = extras.at("first_step_unix").number(); t >= process_start) first_step_unix = t;
     }
     auto done = [&] { return opt.max_steps && ctx.steps() >= *opt.max_steps; };
     if (opt.max_steps) {
@@ -203,7 +218,8 @@ int main(int argc, char** argv) try {
       }
       ctx.communicator().barrier();
       loop_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
-      const double global_samples = ctx.all_reduce(static_cast<double>(samples), dtrain::reduce::sum);
+      const double global_samples =
+          static_cast<double>(samples_before) + ctx.all_reduce(static_cast<double>(samples), dtrain::reduce::sum);
       const double final_loss = ctx.all_reduce(last_loss, dtrain::reduce::mean);
 
       // Every rank evaluates its contiguous block of the test set; the counts add up exactly.
@@ -230,7 +246,7 @@ int main(int argc, char** argv) try {
                   {"test_f1_macro", test_cm.summary().at("f1_macro")},
                   {"model_state_bytes_per_worker", state_bytes},
                   {"peak_rss_mb", peak_rss}},
-                 ctx.checkpoint(model, adam, {{"samples", samples}, {"loop_s", loop_s},
+                 ctx.checkpoint(model, adam, {{"samples", samples}, {"global_samples", global_samples}, {"loop_s", loop_s},
                                               {"first_step_unix", first_step_unix}}));
       if (done()) break;
     }

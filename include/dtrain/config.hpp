@@ -4,6 +4,7 @@
 // What is fixed when the binary is compiled lives in the policies instead.
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -71,6 +72,14 @@ struct FailureConfig {
   /// How often ctx.should_stop() may read the store for the driver's stop request (a worker's own
   /// SIGINT or SIGTERM is seen at once, without a read).
   std::chrono::milliseconds stop_poll = std::chrono::milliseconds(100);
+  /// The pause before the first restart; it doubles with each consecutive failure that made no
+  /// progress (no newer checkpoint), up to restart_backoff_max.
+  std::chrono::milliseconds restart_backoff = std::chrono::milliseconds(500);
+  std::chrono::milliseconds restart_backoff_max = std::chrono::seconds(30);
+  /// A failure with the same cause, from the same checkpoint step, this many times in a row stops
+  /// the run even under max_failures = -1: restarting again would only fail again (a full disk, a
+  /// checkpoint of another model). 0: never.
+  int max_repeated_failures = 3;
 
   void validate() const {
     if (max_failures < -1)
@@ -80,6 +89,11 @@ struct FailureConfig {
       throw ConfigError("FailureConfig: stop_grace must be zero or positive and stop_poll positive (stop_grace " +
                         std::to_string(stop_grace.count()) + " ms, stop_poll " + std::to_string(stop_poll.count()) +
                         " ms)");
+    if (restart_backoff.count() < 0 || restart_backoff_max < restart_backoff)
+      throw ConfigError("FailureConfig: restart_backoff must be >= 0 and restart_backoff_max >= restart_backoff");
+    if (max_repeated_failures < 0)
+      throw ConfigError("FailureConfig::max_repeated_failures is " + std::to_string(max_repeated_failures) +
+                        "; use 0 (never stop on repeats) or a positive count");
   }
 };
 
@@ -102,6 +116,15 @@ struct ProgressConfig {
     if (interval.count() <= 0 || refresh.count() <= 0)
       throw ConfigError("ProgressConfig: interval and refresh must be positive durations");
   }
+};
+
+/// What fit() does with a run directory an earlier run of the same name left (RunConfig::start).
+enum class Start {
+  /// Continue it from its latest valid checkpoint (Ray Train's behaviour for a repeated name).
+  resume,
+  /// Start over: the driver renames the earlier directory to <name>.old-<UTC time> before any
+  /// worker starts; nothing is deleted.
+  fresh,
 };
 
 /// Where the run's files go, and how long workers wait for each other.
@@ -127,6 +150,11 @@ struct RunConfig {
   /// written once to the run's params with the Trainer's policies and these configs. The loop
   /// reads them back as ctx.run_config().train_loop_config.
   Metrics train_loop_config = {};
+  /// Resume an earlier run of this name (the default), or move it aside and start afresh.
+  Start start = Start::resume;
+  /// The seed of the Trainer's Sampler (sampler::distributed's shuffle) in place of its template
+  /// Seed; unset: dtrain::enable_reproducibility's seed if called, else the template's.
+  std::optional<std::uint64_t> seed = std::nullopt;
 
   std::filesystem::path path() const { return storage_path / name; }
 

@@ -40,6 +40,7 @@
 #include <dtrain/result.hpp>
 #include <dtrain/run_directory.hpp>
 #include <dtrain/sampler/cursor.hpp>
+#include <dtrain/sampler/seed.hpp>
 #include <dtrain/tracking/progress_meter.hpp>
 #include <dtrain/tracking/record.hpp>
 
@@ -147,6 +148,10 @@ class Context {
            });
   }
   std::int64_t epoch() const { return cursor_.epoch(); }
+  /// Ends the current epoch early (a per-epoch step cap, early stopping within an epoch): a
+  /// checkpoint taken after it resumes at the next epoch, not inside this one. Call it where the
+  /// loop leaves ctx.shard(...) with `break`.
+  void end_epoch() { cursor_.end_epoch(); }
 
   /// This rank's batches of `split` for the current epoch (data::batches over the Sampler's
   /// indices for this rank), global_batch / world_size samples at a time. Throws ConfigError when
@@ -167,6 +172,7 @@ class Context {
   /// are averaged over ranks when it returns. A plain loss.backward() synchronises too.
   void backward(const torch::Tensor& loss) {
     meter_.on_backward(loss);
+    cursor_.trained();
     precision_.backward(loss);
   }
 
@@ -175,6 +181,7 @@ class Context {
   bool step(Optimizer& opt) {
     check_optimizer(opt);
     const bool stepped = precision_.step(opt);
+    cursor_.trained();
     ++steps_;
     meter_.on_step(steps_, cursor_.epoch(), cursor_.epoch_batches());
     return stepped;
@@ -249,27 +256,39 @@ class Context {
   void restore(const checkpointer::Checkpoint& ck, Module& model) {
     auto& s = models_.of(model, "ctx.restore(checkpoint, model)");
     const auto source = (ck.path() / checkpointer::files::model).string();
-    const auto tensors = ck.model_state();
-    if (!strategy_ops::load_full_state(s, tensors, source))
-      checkpointer::Checkpoint::load_tensors(detail::as_module(model), tensors, source);
-    ck.restore_generator(world_rank());
+    naming_file(ck, checkpointer::files::model, [&] {
+      const auto tensors = ck.model_state();
+      if (!strategy_ops::load_full_state(s, tensors, source))
+        checkpointer::Checkpoint::load_tensors(detail::as_module(model), tensors, source);
+    });
+    naming_file(ck, checkpointer::files::rank(world_rank()), [&] { ck.restore_generator(world_rank()); });
     ck.restore_device_generator(world_rank(), device_);
     if constexpr (requires(precision_state& p, torch::serialize::InputArchive& a) { p.load(a); })
-      ck.load_precision(precision_);
+      naming_file(ck, checkpointer::files::precision, [&] { ck.load_precision(precision_); });
   }
   /// restore(ck, model), and the optimizer's state (this rank's piece under fsdp<>, which needs
   /// the world size it was saved with).
   template <class Module, class Optimizer>
   void restore(const checkpointer::Checkpoint& ck, Module& model, Optimizer& optimizer) {
+    // fsdp<>'s optimizer state is sharded over the ranks that saved it: another count would meet
+    // LibTorch's size mismatch. (The weights alone, restore(ck, model), load under any count.)
+    if (strategy_ops::shards_optimizer && ck.world_size() != world_size())
+      throw ConfigError(ck.path().string() + " was written by " + std::to_string(ck.world_size()) +
+                        " workers; under strategy::fsdp<> its optimizer state is sharded over them, and this run has " +
+                        std::to_string(world_size()) + ". Resume it with ScalingConfig::num_workers = " +
+                        std::to_string(ck.world_size()) + ", or restore the weights only with ctx.restore(ck, model) "
+                        "and let the optimizer start afresh");
     restore(ck, model);
-    ck.load_optimizer_of_rank(optimizer, world_rank(), strategy_ops::shards_optimizer);
+    naming_file(ck, strategy_ops::shards_optimizer ? checkpointer::files::rank_optimizer(world_rank())
+                                                   : std::string(checkpointer::files::optimizer),
+                [&] { ck.load_optimizer_of_rank(optimizer, world_rank(), strategy_ops::shards_optimizer); });
   }
 
   /// Time the training thread spent on checkpoints, and time the writes took.
   const checkpointer::CheckpointStats& checkpoint_stats() const { return checkpoints_.stats(); }
 
-  /// Batches of the Trainer's Sampler handed out so far in the current epoch (the position a
-  /// checkpoint saves).
+  /// Batches of the Trainer's Sampler trained so far in the current epoch (the position a
+  /// checkpoint saves): not the batch in hand until the loop trains on it or takes the next.
   std::int64_t sampler_position() const { return cursor_.position(); }
   /// report() calls made so far on this rank.
   std::int64_t reports() const { return reports_; }
@@ -312,6 +331,24 @@ class Context {
   void finish();
 
  private:
+  // A load error that is not dtrain's own (LibTorch's, a JSON parser's) gets the file and the
+  // checkpoint named, and what to do.
+  template <class Load>
+  static void naming_file(const checkpointer::Checkpoint& ck, const std::string& file, Load&& load) {
+    try {
+      load();
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      std::string why = e.what();
+      why = why.substr(0, why.find('\n'));  // LibTorch appends a backtrace
+      throw Error((ck.path() / file).string() + ": cannot be loaded into this run (" + why + ") from checkpoint " +
+                  ck.path().filename().string() + "; was it written by another model, optimizer or version? Resume "
+                  "from another checkpoint (RunConfig::resume_from) or start afresh (RunConfig::start = "
+                  "dtrain::Start::fresh)");
+    }
+  }
+
   // Under fsdp<> an optimizer over the model's own parameters would step tensors whose gradients
   // are never kept: refuse it loudly. Checked once per optimizer, not every step.
   template <class Optimizer>

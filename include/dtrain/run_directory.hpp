@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -47,6 +48,28 @@ class RunDirectory {
       throw ConfigError(root_.string() + ": the run directory cannot be created (" +
                         (ec ? ec.message() : std::string("a file of that name is in the way")) +
                         "); choose a RunConfig::storage_path that is a writable directory");
+  }
+
+  /// Renames an existing run directory to "<name>.old-<UTC time>" beside it (RunConfig::start =
+  /// Start::fresh), deleting nothing; returns the new path, or nothing when there was no directory.
+  std::optional<std::filesystem::path> move_aside() const {
+    std::error_code ec;
+    if (!std::filesystem::exists(std::filesystem::symlink_status(root_, ec))) return std::nullopt;
+    char stamp[32];
+    const std::time_t now = std::time(nullptr);
+    std::tm utc{};
+    ::gmtime_r(&now, &utc);
+    std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &utc);
+    const std::string base = root_.filename().string() + ".old-" + stamp;
+    auto target = root_.parent_path() / base;
+    for (int i = 1; std::filesystem::exists(std::filesystem::symlink_status(target, ec)); ++i)
+      target = root_.parent_path() / (base + "-" + std::to_string(i));
+    std::filesystem::rename(root_, target, ec);
+    if (ec)
+      throw ConfigError(root_.string() + ": the earlier run cannot be moved aside to " + target.string() + " (" +
+                        ec.message() + ") for a fresh start; move or remove it yourself, or resume it "
+                        "(RunConfig::start = dtrain::Start::resume)");
+    return target;
   }
 
   /// @name The run's files

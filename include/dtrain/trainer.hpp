@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <regex>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -161,9 +162,14 @@ class Trainer {
   template <class Loop>
   Result drive(Loop& loop) {
     launch::StopSignals stop_signals;  // SIGINT/SIGTERM stop the workers (run_group), then the run
+    // A fresh start moves the earlier run aside before any worker can see it.
+    if (run_.start == Start::fresh)
+      if (const auto old = RunDirectory(run_.path()).move_aside())
+        std::fprintf(stderr, "dtrain: a fresh start of %s: the earlier run was moved to %s\n", run_.path().c_str(),
+                     old->c_str());
     RunDirectory(run_.path()).create();
     const auto addr = launch::detail::env("MASTER_ADDR").value_or("127.0.0.1");
-    const int port = launch::detail::env_int("MASTER_PORT", 0);
+    const int port = launch::master_port(0);
     auto store = launch::host_store(addr, port, run_.rendezvous_timeout);
 
     // A resume_from that cannot be used fails here, before any worker starts.
@@ -204,6 +210,8 @@ class Trainer {
     // Each failure of a group, described; a new group (attempt + 1, fresh store keys) resumes from
     // the latest valid checkpoint while there were at most max_failures of them.
     std::vector<std::string> failures;
+    int repeats = 0;  // consecutive failures with the same cause from the same checkpoint step
+    auto backoff = run_.failure.restart_backoff;
     for (int attempt = 0;; ++attempt) {
       std::optional<std::string> failure;
       try {
@@ -223,13 +231,25 @@ class Trainer {
           failed["resumed_iteration"] = ck->iteration();
           failed["resumed_step"] = ck->steps();
         }
-      record.outcome["failures"].push_back(std::move(failed));
+      // The same cause from the same checkpoint step as the failure before: no progress was made.
+      auto& past = record.outcome["failures"];
+      const bool same = !past.empty() && failure_signature(past.back()["cause"].get<std::string>()) ==
+                                              failure_signature(failed["cause"].get<std::string>()) &&
+                        past.back()["resumed_step"] == failed["resumed_step"];
+      repeats = same ? repeats + 1 : 1;
+      past.push_back(std::move(failed));
       const int allowed = run_.failure.max_failures;
-      if (allowed >= 0 && static_cast<int>(failures.size()) > allowed) {
+      const int repeat_limit = run_.failure.max_repeated_failures;
+      const bool repeating = repeat_limit > 0 && repeats >= repeat_limit && allowed != 0;
+      if (repeating || (allowed >= 0 && static_cast<int>(failures.size()) > allowed)) {
         std::string msg = failures.size() == 1 ? failures.front() : "training failed " + std::to_string(failures.size()) + " times";
         if (failures.size() > 1)
           for (std::size_t i = 0; i < failures.size(); ++i) msg += "; attempt " + std::to_string(i) + ": " + failures[i];
-        if (allowed > 0 || failures.size() > 1)
+        if (repeating)
+          msg += " (stopped: the same failure from the same checkpoint step " + std::to_string(repeats) +
+                 " times in a row, so a restart would fail again; fix its cause and run again to resume. "
+                 "FailureConfig::max_repeated_failures = " + std::to_string(repeat_limit) + ")";
+        else if (allowed > 0 || failures.size() > 1)
           msg += " (FailureConfig::max_failures = " + std::to_string(allowed) + ")";
         record.outcome["failures"].back()["resumed_iteration"] = nullptr;  // no group resumed
         record.outcome["failures"].back()["resumed_step"] = nullptr;
@@ -241,8 +261,13 @@ class Trainer {
         }
         throw WorkerError(msg);
       }
-      std::fprintf(stderr, "dtrain: %s; restarting the worker group (restart %zu of %s)\n", failures.back().c_str(),
-                   failures.size(), allowed < 0 ? "unlimited" : std::to_string(allowed).c_str());
+      // Back off before restarting: doubling while the failures make no progress, reset when they do.
+      if (!same) backoff = run_.failure.restart_backoff;
+      std::fprintf(stderr, "dtrain: %s; restarting the worker group in %.1f s (restart %zu of %s)\n",
+                   failures.back().c_str(), backoff.count() / 1000.0, failures.size(),
+                   allowed < 0 ? "unlimited" : std::to_string(allowed).c_str());
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, run_.failure.restart_backoff_max);
     }
 
     return end_run(record, "finished", static_cast<int>(failures.size()), "");
@@ -338,6 +363,15 @@ class Trainer {
       return describe_failure(store, *ended, n, attempt);
     }
     return std::nullopt;
+  }
+
+  // What makes two failures "the same": the first error's text, whichever rank raised it first
+  // (a group's ranks often fail alike, in a different order each time).
+  static std::string failure_signature(const std::string& cause) {
+    const auto first = cause.find("; first error: ");
+    std::string text = first == std::string::npos ? cause : cause.substr(first);
+    text = text.substr(0, text.find("; then "));
+    return std::regex_replace(text, std::regex("rank [0-9]+"), "rank");
   }
 
   // The rank whose error was recorded first is the cause; the others usually lost their peer.

@@ -8,6 +8,12 @@
 //       [--order min|max] [--resume-from DIR] [--fault-iteration I] [--out FILE] [--sync 1]
 //       [--user-state 1]   a vocabulary file and a learning-rate schedule in every checkpoint
 //       [--amp 1]          amp<bf16> with a GradScaler whose scale grows every 3 steps
+//       [--fresh 1] [--seed N] [--reproducible N] [--epoch-steps K] [--fail-at-step S] [--final 1]
+//       [--hidden N] (another model's shape: its checkpoints do not load into the default one)
+//
+// --epoch-steps K leaves every epoch after K steps with ctx.end_epoch(); --fail-at-step S throws
+// at step S on every attempt; --seed N is RunConfig::seed; --reproducible N calls
+// dtrain::enable_reproducibility(N) before fit(); --final 1 checkpoints once more after the loop.
 
 #include <dtrain/dtrain.hpp>
 
@@ -17,6 +23,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <optional>
+#include <stdexcept>
 #include <string>
 
 #include <torch/torch.h>
@@ -26,7 +34,9 @@ namespace {
 struct Args {
   std::string name = "run", storage = "checkpoint_runs", out, score, order = "max", resume_from;
   int workers = 2, steps = 40, every = 5, kill_step = -1, max_failures = 0, keep = 0;
-  bool kill_always = false, user_state = false, amp = false;
+  int epoch_steps = -1, fail_at_step = -1, hidden = 32;
+  bool kill_always = false, user_state = false, amp = false, fresh = false, final_checkpoint = false;
+  std::optional<std::uint64_t> seed, reproducible;
   std::int64_t batch = 32;
 };
 
@@ -51,6 +61,13 @@ Args parse(int argc, char** argv) {
     else if (f == "--batch") a.batch = std::stoll(v);
     else if (f == "--user-state") a.user_state = v == "1";
     else if (f == "--amp") a.amp = v == "1";
+    else if (f == "--fresh") a.fresh = v == "1";
+    else if (f == "--final") a.final_checkpoint = v == "1";
+    else if (f == "--hidden") a.hidden = std::stoi(v);
+    else if (f == "--seed") a.seed = std::stoull(v);
+    else if (f == "--reproducible") a.reproducible = std::stoull(v);
+    else if (f == "--epoch-steps") a.epoch_steps = std::stoi(v);
+    else if (f == "--fail-at-step") a.fail_at_step = std::stoi(v);
     else if (f == "--tag") {}  // only marks the processes
     else throw std::invalid_argument("unknown flag " + f);
   }
@@ -66,9 +83,9 @@ dtrain::data::TensorDataset synthetic(std::int64_t n, std::int64_t features) {
 
 // Dropout draws from each rank's generator, and momentum keeps optimizer state: an exact resume
 // needs both restored.
-torch::nn::Sequential small_model() {
+torch::nn::Sequential small_model(std::int64_t hidden = 32) {
   using namespace torch::nn;
-  return Sequential(Linear(20, 32), Tanh(), Dropout(0.2), Linear(32, 32), Tanh(), Linear(32, 10));
+  return Sequential(Linear(20, hidden), Tanh(), Dropout(0.2), Linear(hidden, 32), Tanh(), Linear(32, 10));
 }
 
 // A scheduler-like user object: the learning rate decays every step, so a resume that lost its
@@ -116,11 +133,14 @@ int train(const Args& a) {
                     .score_order = a.order == "min" ? dtrain::ScoreOrder::min : dtrain::ScoreOrder::max};
   run.failure.max_failures = a.max_failures;
   if (!a.resume_from.empty()) run.resume_from = a.resume_from;
+  if (a.fresh) run.start = dtrain::Start::fresh;
+  run.seed = a.seed;
+  run.failure.restart_backoff = std::chrono::milliseconds(100);
   Trainer trainer({.num_workers = a.workers}, run);
 
   const auto result = trainer.fit([&](typename Trainer::context& ctx) {
     torch::manual_seed(ctx.world_rank() + 7);
-    auto model = ctx.prepare_model(small_model());
+    auto model = ctx.prepare_model(small_model(a.hidden));
     torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
     StepDecay decay;
     const std::string vocab = "vocab.txt";  // rank 0's, in the working directory
@@ -141,7 +161,15 @@ int train(const Args& a) {
     for (auto epoch : ctx.epochs(1000)) {
       (void)epoch;
       for (auto batch : ctx.shard(data, a.batch)) {
+        // A per-epoch step cap: the batches this epoch finished, resumed ones included.
+        if (ctx.sampler_position() == a.epoch_steps) {
+          ctx.end_epoch();
+          break;
+        }
         if (ctx.steps() == a.steps) break;
+        if (ctx.steps() == a.fail_at_step) throw std::runtime_error("the same failure at step " + std::to_string(a.fail_at_step));
+        if (ctx.world_rank() == 0 && std::getenv("SCENARIO_TRACE"))
+          std::cerr << "TRAIN epoch=" << ctx.epoch() << " first=" << batch.target[0].item<std::int64_t>() << std::endl;
         if (ctx.world_rank() == 1 && ctx.steps() == a.kill_step && (a.kill_always || ctx.attempt() == 0))
           std::raise(SIGKILL);
         if (a.user_state)
@@ -166,6 +194,10 @@ int train(const Args& a) {
       }
       if (ctx.steps() == a.steps) break;
     }
+    // A checkpoint after the loop (as the example's epoch-end one): its position is what the loop
+    // finished, not the batch it broke out on.
+    if (a.final_checkpoint && ctx.steps() % a.every != 0)
+      ctx.report({{"loss", 0.0}, {"score", 0}}, ctx.checkpoint(model, sgd, {{"extra_steps", ctx.steps()}}));
     if (ctx.world_rank() == 0) {
       if (!a.out.empty()) {
         std::vector<torch::Tensor> params;
@@ -189,6 +221,7 @@ int train(const Args& a) {
 
 int main(int argc, char** argv) try {
   const Args a = parse(argc, argv);
+  if (a.reproducible) dtrain::enable_reproducibility(*a.reproducible);
   return a.amp ? train<AmpTrainer>(a) : train<PlainTrainer>(a);
 } catch (const dtrain::Error& e) {
   std::cout << "ERROR " << e.what() << std::endl;

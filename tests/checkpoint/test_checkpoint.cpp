@@ -22,9 +22,14 @@
 
 #include <torch/torch.h>
 
+#include <sys/resource.h>
+
+#include <csignal>
+
 #include <dtrain/checkpointer/checkpoint.hpp>
 #include <dtrain/checkpointer/write.hpp>
 #include <dtrain/precision/amp.hpp>
+#include <dtrain/tracking/record.hpp>
 
 namespace fs = std::filesystem;
 
@@ -48,8 +53,8 @@ struct Sandbox {
   fs::path file(const std::string& name) const { return dir / name; }
 
   // Runs the scenarios program in the sandbox; stdout and stderr together.
-  Run scenario(const std::string& args) const {
-    const std::string cmd = "cd '" + dir.string() + "' && '" + SCENARIOS_BIN + "' --storage '" +
+  Run scenario(const std::string& args, const std::string& env = "") const {
+    const std::string cmd = "cd '" + dir.string() + "' && " + env + " '" + SCENARIOS_BIN + "' --storage '" +
                             storage().string() + "' " + args + " 2>&1";
     Run r;
     FILE* p = popen(cmd.c_str(), "r");
@@ -602,4 +607,188 @@ TEST_CASE("the run directory records restarts and failures: outcome.json, checkp
   CHECK(failed["failures"].size() == 2);
   CHECK_THAT(text(box.run("failed") / "report.html"),
              Catch::Contains("class=\"status failed\"") && Catch::Contains("not restarted (no failures left)"));
+}
+
+// ---- issue 18: silent loss and crashes on bad input ----
+
+TEST_CASE("repeated_failure_stops_unlimited_restarts: the same failure from the same step stops max_failures = -1") {
+  Sandbox box;
+  auto r = box.scenario("--name repeat --steps 40 --every 5 --fail-at-step 7 --max-failures -1");
+  INFO(r.output);
+  CHECK(r.status == 3);
+  CHECK_THAT(r.output, Catch::Contains("the same failure at step 7") &&
+                           Catch::Contains("same failure from the same checkpoint step 3 times in a row") &&
+                           Catch::Contains("max_repeated_failures = 3") && Catch::Contains("restarting the worker group in 0.2 s"));
+}
+
+TEST_CASE("max_steps_then_resume_skips_no_batch: a checkpoint after a break resumes at the batch not trained") {
+  Sandbox box;
+  reference(box);
+  // 22 steps, then a checkpoint after the loop broke out on batch 22 without training it.
+  auto first = box.scenario("--name lim --steps 22 --every 5 --final 1");
+  INFO(first.output);
+  REQUIRE(first.status == 0);
+  auto r = box.scenario("--name lim --steps 40 --every 5 --out lim.pt");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("RESUMED") && Catch::Contains("steps=22"));
+  CHECK(same_params(box.file("ref.pt"), box.file("lim.pt")));
+}
+
+TEST_CASE("end_epoch_resumes_at_next_epoch: a loop that leaves its epoch with ctx.end_epoch() resumes at the next") {
+  Sandbox box;
+  auto ref = box.scenario("--name eref --epoch-steps 10 --steps 25 --every 5 --out eref.pt");
+  INFO(ref.output);
+  REQUIRE(ref.status == 0);
+  // Epoch 0 ended after 10 steps and epoch 1 ran 3: the checkpoint at 13 resumes epoch 1 at batch 3.
+  auto first = box.scenario("--name ecut --epoch-steps 10 --steps 13 --every 5 --final 1");
+  REQUIRE(first.status == 0);
+  // Epoch 0 ended after 10 steps; the checkpoint after the loop (not the one at step 8) resumes epoch 1.
+  auto cut = box.scenario("--name ecut2 --epoch-steps 10 --steps 10 --every 4 --final 1");
+  REQUIRE(cut.status == 0);
+  auto r = box.scenario("--name ecut2 --epoch-steps 10 --steps 25 --every 5 --out ecut.pt");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("RESUMED"));
+  CHECK(same_params(box.file("eref.pt"), box.file("ecut.pt")));
+  auto r2 = box.scenario("--name ecut --epoch-steps 10 --steps 25 --every 5 --out ecut13.pt");
+  REQUIRE(r2.status == 0);
+  CHECK(same_params(box.file("eref.pt"), box.file("ecut13.pt")));
+}
+
+TEST_CASE("worker_count_change_mid_epoch_is_refused: 2 workers resumed with 3 or 4 is a clear error, never a hang") {
+  Sandbox box;
+  // 1024 samples, 48 a step: 22 steps an epoch on 2 workers; the checkpoint at 30 is mid-epoch 1.
+  auto first = box.scenario("--name grow --workers 2 --batch 48 --steps 30 --every 5");
+  INFO(first.output);
+  REQUIRE(first.status == 0);
+  for (const char* workers : {"3", "4"}) {
+    auto r = box.scenario(std::string("--name grow --batch 48 --steps 40 --every 5 --workers ") + workers);
+    INFO(r.output);
+    CHECK(r.status == 3);
+    CHECK_THAT(r.output, Catch::Contains("was written by 2 workers 8 batches into epoch") &&
+                             Catch::Contains("ScalingConfig::num_workers = 2"));
+  }
+  // A checkpoint at an epoch's end resumes with another count.
+  auto edge = box.scenario("--name edge --workers 2 --batch 48 --steps 22 --every 11");
+  REQUIRE(edge.status == 0);
+  auto r = box.scenario("--name edge --workers 3 --batch 48 --steps 30 --every 11");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("RESUMED") && Catch::Contains("steps=22"));
+}
+
+TEST_CASE("fresh_start_moves_the_old_run_aside: RunConfig::start = fresh keeps the earlier run under another name") {
+  Sandbox box;
+  REQUIRE(box.scenario("--name fr --steps 10 --every 5").status == 0);
+  auto again = box.scenario("--name fr --steps 20 --every 5");  // the same name resumes
+  INFO(again.output);
+  CHECK_THAT(again.output, Catch::Contains("RESUMED") && Catch::Contains("steps=10"));
+  auto r = box.scenario("--name fr --steps 10 --every 5 --fresh 1");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.output, !Catch::Contains("RESUMED") && Catch::Contains("the earlier run was moved to"));
+  int old_runs = 0;
+  for (const auto& e : fs::directory_iterator(box.storage()))
+    if (e.path().filename().string().rfind("fr.old-", 0) == 0) {
+      ++old_runs;
+      CHECK(fs::exists(e.path() / "checkpoint_000004"));
+    }
+  CHECK(old_runs == 1);
+}
+
+TEST_CASE("sampler_seed_at_run_time: the same seed trains bitwise-equal parameters, another seed differs") {
+  Sandbox box;
+  REQUIRE(box.scenario("--name s5a --steps 12 --every 5 --seed 5 --out s5a.pt").status == 0);
+  REQUIRE(box.scenario("--name s5b --steps 12 --every 5 --seed 5 --out s5b.pt").status == 0);
+  REQUIRE(box.scenario("--name s6 --steps 12 --every 5 --seed 6 --out s6.pt").status == 0);
+  CHECK(same_params(box.file("s5a.pt"), box.file("s5b.pt")));
+  CHECK_FALSE(same_params(box.file("s5a.pt"), box.file("s6.pt")));
+  // enable_reproducibility(seed): the sampler's seed too, and deterministic algorithms.
+  REQUIRE(box.scenario("--name r5a --steps 12 --every 5 --reproducible 5 --out r5a.pt").status == 0);
+  REQUIRE(box.scenario("--name r5b --steps 12 --every 5 --reproducible 5 --out r5b.pt").status == 0);
+  CHECK(same_params(box.file("r5a.pt"), box.file("r5b.pt")));
+  CHECK(same_params(box.file("r5a.pt"), box.file("s5a.pt")));  // the same sampler seed, the same model seeds
+}
+
+TEST_CASE("master_port_out_of_range_is_named: MASTER_PORT and MASTER_ADDR that cannot work are named") {
+  Sandbox box;
+  for (const char* port : {"70000", "-1", "http"}) {
+    auto r = box.scenario("--name port --steps 5", std::string("MASTER_PORT=") + port);
+    INFO(r.output);
+    CHECK(r.status == 3);
+    CHECK_THAT(r.output, Catch::Contains(std::string("MASTER_PORT=") + port + " is not a port (1-65535)"));
+  }
+  auto unresolvable = box.scenario("--name addr --steps 5", "MASTER_ADDR=no-such-host.invalid");
+  CHECK_THAT(unresolvable.output, Catch::Contains("MASTER_ADDR=no-such-host.invalid cannot be resolved"));
+  auto remote = box.scenario("--name addr --steps 5", "MASTER_ADDR=192.0.2.1");  // TEST-NET-1: never this host
+  INFO(remote.output);
+  CHECK(remote.status == 3);
+  CHECK_THAT(remote.output, Catch::Contains("MASTER_ADDR=192.0.2.1 is not reachable as an address of this host") &&
+                                !Catch::Contains("port 0"));
+}
+
+TEST_CASE("failed_atomic_write_keeps_the_good_file: a write that fails (a full disk) throws and replaces nothing") {
+  Sandbox box;
+  const auto path = box.file("outcome.json");
+  dtrain::tracking::write_atomically(path, "{\"status\": \"running\"}\n");
+  // A file size limit of 16 bytes fails the write as a full disk does (EFBIG instead of ENOSPC).
+  std::signal(SIGXFSZ, SIG_IGN);
+  rlimit old{};
+  getrlimit(RLIMIT_FSIZE, &old);
+  rlimit small = old;
+  small.rlim_cur = 16;
+  REQUIRE(setrlimit(RLIMIT_FSIZE, &small) == 0);
+  std::string error;
+  try {
+    dtrain::tracking::write_atomically(path, std::string(100, 'x'));  // small: the stream buffers it
+  } catch (const dtrain::Error& e) {
+    error = e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, SIG_DFL);
+  CHECK_THAT(error, Catch::Contains("outcome.json.tmp: cannot be written") && Catch::Contains("was left as it was"));
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  CHECK(text.str() == "{\"status\": \"running\"}\n");
+  CHECK_FALSE(fs::exists(box.file("outcome.json.tmp")));
+}
+
+TEST_CASE("invalid_state_values_are_fallen_back_from: a state.json with iteration 0 or negative steps is not resumed") {
+  Sandbox box;
+  reference(box);
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"iteration", "0"}, {"steps", "-3"}, {"world_size", "0"}}) {
+    const std::string name = "bad_" + key;
+    REQUIRE(box.scenario("--name " + name + " --steps 20 --every 5").status == 0);
+    // Edit the latest checkpoint's state.json and re-seal its manifest, as a tool rewriting it would.
+    const auto ck = box.run(name) / "checkpoint_000004";
+    auto state = nlohmann::json::parse(std::ifstream(ck / "state.json"));
+    state[key] = std::stoll(value);
+    std::ofstream(ck / "state.json") << state.dump();
+    auto manifest = nlohmann::json::parse(std::ifstream(ck / "manifest.json"));
+    for (auto& f : manifest["files"])
+      if (f["name"] == "state.json") {
+        f["size"] = fs::file_size(ck / "state.json");
+        f["crc32"] = dtrain::checkpointer::detail::crc32_of_file(ck / "state.json").first;
+      }
+    std::ofstream(ck / "manifest.json") << manifest.dump();
+    auto r = box.scenario("--name " + name + " --steps 40 --every 5 --out " + name + ".pt");
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    CHECK_THAT(r.output, Catch::Contains("checkpoint_000003 steps=15") && Catch::Contains(key + " " + value));
+    CHECK(same_params(box.file("ref.pt"), box.file(name + ".pt")));
+  }
+}
+
+TEST_CASE("checkpoint_of_another_model_names_file_and_stops: a model.pt that does not fit names the file, and restarts stop") {
+  Sandbox box;
+  REQUIRE(box.scenario("--name other --steps 10 --every 5 --hidden 48").status == 0);
+  auto r = box.scenario("--name other --steps 20 --every 5 --max-failures -1");
+  INFO(r.output);
+  CHECK(r.status == 3);
+  CHECK_THAT(r.output, Catch::Contains("checkpoint_000002/model.pt") &&
+                           Catch::Contains("same failure from the same checkpoint step 3 times in a row") &&
+                           !Catch::Contains("frame #"));
 }

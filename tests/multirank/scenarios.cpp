@@ -299,9 +299,9 @@ int run(const Args& a) {
       (void)epoch;
       for (auto batch : ctx.shard(data, a.batch)) {
         if (step == a.steps) break;
-        // The position a checkpoint saves counts the batches the loop received, even when the
-        // next one was read ahead.
-        if ((a.scenario == "prefetch" || a.scenario == "equivalence") && ctx.sampler_position() != step + 1)
+        // The position a checkpoint saves counts the batches the loop trained: not the one in
+        // hand (not trained yet), nor the next one read ahead.
+        if ((a.scenario == "prefetch" || a.scenario == "equivalence") && ctx.sampler_position() != step)
           throw std::runtime_error("sampler position " + std::to_string(ctx.sampler_position()) + " at batch " +
                                    std::to_string(step));
         if (a.scenario == "throw" && ctx.world_rank() == 1 && step == 3)

@@ -552,3 +552,23 @@ TEST_CASE("metrics reduced across workers match a hand-computed case", "[multira
   CHECK(metric(r.output, "hand_recall_weighted") == Approx(0.3));
   CHECK(metric(r.output, "hand_f1_weighted") == Approx(0.32));
 }
+
+// issue 18: an fsdp<> checkpoint of 2 workers resumed with 1 failed with LibTorch's size mismatch.
+TEST_CASE("fsdp_checkpoint_other_worker_count_is_refused: fsdp<>'s sharded optimizer state names the count it needs", "[multirank][fsdp][checkpoint]") {
+  const std::string tag = unique_tag();
+  const auto tmp = fs::temp_directory_path();
+  int runs = 0;
+  auto storage_ = [&] { return " --storage " + (tmp / (tag + "_runs" + std::to_string(++runs))).string(); };
+  auto a = scenario("fsdp_train --strategy fsdp --workers 2 --steps 4 --checkpoint 1" + storage_(), tag);
+  INFO(a.output);
+  REQUIRE(a.status == 0);
+  auto r = scenario("fsdp_train --strategy fsdp --workers 1 --steps 0 --restore all --resume-from " + latest_of(a.output) +
+                        storage_(),
+                    tag);
+  INFO(r.output);
+  CHECK(r.status == 3);
+  // Mid-epoch, the epoch's position is refused first; at an epoch's end, the sharded optimizer.
+  CHECK_THAT(r.output, Catch::Contains("was written by 2 workers") &&
+                           Catch::Contains("ScalingConfig::num_workers = 2") && !Catch::Contains("size mismatch"));
+  CHECK(processes_with(tag) == 0);
+}

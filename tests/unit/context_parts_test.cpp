@@ -101,14 +101,45 @@ TEST_CASE("EpochCursor: a resumed epoch skips its trained batches once and rolls
   c.begin_epoch(2);
   CHECK(c.begin_shard(10) == 3);  // the resumed shard skips 3
   c.reached(3);
+  c.trained();
   CHECK(c.position() == 4);
   CHECK(c.resume_point() == std::pair<std::int64_t, std::int64_t>{2, 4});
   CHECK(c.begin_shard(10) == 0);  // a second shard in the same epoch starts over
   c.reached(9);
+  c.trained();
   CHECK(c.resume_point() == std::pair<std::int64_t, std::int64_t>{3, 0});  // after the last batch
   c.begin_epoch(3);
   CHECK(c.position() == 0);
   CHECK(c.begin_shard(10) == 0);
+}
+
+// issue 18: `--max-steps 100` then `--resume` skipped a batch: the view had advanced the position
+// to the batch the loop broke out on before training it.
+TEST_CASE("EpochCursor: a batch the loop breaks out on before training it is not counted as trained", "[context][cursor]") {
+  d::sampler::EpochCursor c;
+  c.begin_epoch(0);
+  CHECK(c.begin_shard(469) == 0);
+  for (std::int64_t b = 0; b < 100; ++b) {
+    c.reached(b);
+    c.trained();
+  }
+  c.reached(100);  // handed out, then `if (done()) break;`
+  CHECK(c.resume_point() == std::pair<std::int64_t, std::int64_t>{0, 100});
+  c.reached(101);  // a loop that trains without ctx.backward/step: taking the next batch finishes the last
+  CHECK(c.position() == 101);
+}
+
+TEST_CASE("EpochCursor: ctx.end_epoch() makes a checkpoint resume at the next epoch", "[context][cursor]") {
+  d::sampler::EpochCursor c;
+  c.begin_epoch(4);
+  c.begin_shard(10);
+  c.reached(2);
+  c.trained();
+  c.end_epoch();
+  CHECK(c.resume_point() == std::pair<std::int64_t, std::int64_t>{5, 0});
+  c.begin_epoch(5);
+  CHECK_FALSE(c.ended());
+  CHECK(c.resume_point() == std::pair<std::int64_t, std::int64_t>{5, 0});
 }
 
 TEST_CASE("RunDirectory: names - the checkpoint listing newest first and a path that cannot be one", "[context][run_directory]") {

@@ -169,6 +169,26 @@ TEST_CASE("A missing images file is a DataError naming the path", "[data][error]
                          MessageContains({missing.string(), "file not found"}));
 }
 
+// issue 18: labels outside 0-9 loaded silently and failed an epoch later, inside the loss.
+TEST_CASE("fashion_mnist_label_out_of_range: a label above 9 is a DataError at load naming the file", "[data][error]") {
+  TempDir dir;
+  const auto images = dir / "images.gz", labels = dir / "labels.gz";
+  write_gz(images, images_idx(3));
+  write_gz(labels, labels_idx({9, 200, 3}));
+  REQUIRE_THROWS_MATCHES(dtrain::data::FashionMnist::read(images, labels), dtrain::DataError,
+                         MessageContains({labels.string() + ": holds label 200 at sample 1", "labels are 0-9"}));
+}
+
+// issue 18: a directory where a data file should be was reported as "file not found".
+TEST_CASE("fashion_mnist_directory_in_place_of_file: a directory where a data file should be is named as such", "[data][error]") {
+  TempDir dir;
+  const auto images = dir / "images.gz", labels = dir / "labels.gz";
+  write_gz(labels, labels_idx({1}));
+  fs::create_directories(images);
+  REQUIRE_THROWS_WITH(dtrain::data::FashionMnist::read(images, labels),
+                      Catch::Contains(images.string() + ": is a directory where the data file should be"));
+}
+
 TEST_CASE("A missing labels file is a DataError naming the labels path", "[data][error]") {
   TempDir dir;
   const auto images = dir / "images.gz";

@@ -86,13 +86,32 @@ class Checkpoint {
         c.world_size_ = state.at("world_size").get<int>();
         c.metrics_ = state.at("metrics").get<Metrics>();
         c.extras_ = state.at("extras").get<Metrics>();
-        return c;
+        // Values a resume would act on: an edited or foreign state.json is not resumed from.
+        reason = c.invalid_state(dir);
+        if (reason.empty()) return c;
       } catch (const std::exception& e) {
         reason = std::string(files::state) + " is unreadable (" + e.what() + ")";
       }
     }
     if (why) *why = reason;
     return std::nullopt;
+  }
+
+  /// Why state.json's values cannot be resumed from, or "": the iteration must be positive and
+  /// match a checkpoint_NNNNNN directory name (a copy under another name is taken at its word),
+  /// steps and epoch not negative, the world size at least 1.
+  std::string invalid_state(const std::filesystem::path& dir) const {
+    const std::string name = dir.filename().string(), prefix = "checkpoint_";
+    auto bad = [](const std::string& what) { return std::string(files::state) + ": " + what; };
+    if (iteration_ < 1) return bad("iteration " + std::to_string(iteration_) + " is not a report iteration (>= 1)");
+    if (name.rfind(prefix, 0) == 0 && name.size() > prefix.size() &&
+        name.find_first_not_of("0123456789", prefix.size()) == std::string::npos && name.size() - prefix.size() <= 18 &&
+        std::stoll(name.substr(prefix.size())) != iteration_)
+      return bad("iteration " + std::to_string(iteration_) + " does not match the directory name " + name);
+    if (steps_ < 0 || epoch_ < 0)
+      return bad("steps " + std::to_string(steps_) + " and epoch " + std::to_string(epoch_) + " must not be negative");
+    if (world_size_ < 1) return bad("world_size " + std::to_string(world_size_) + " is not a worker count (>= 1)");
+    return {};
   }
 
   /// Why the checkpoint at `dir` cannot be used, or "" when its manifest verifies.

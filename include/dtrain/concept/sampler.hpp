@@ -18,7 +18,9 @@ DTRAIN_NAMESPACE_BEGIN
 /// `epoch`, in visiting order. A sampler is passed as a value where one is chosen per call:
 /// `ctx.shard(split, global_batch, dtrain::sampler::sequential{})`.
 ///
-/// Optional members: none.
+/// Optional members: `static ... indices(n, rank, world_size, epoch, std::uint64_t seed)`, the
+/// same drawn with a seed chosen at run time (RunConfig::seed); the Trainer's Sampler is called
+/// with it when a seed is set (sampler::distributed has it).
 ///
 /// Laws (checked by tests/laws/sampler.hpp for every model):
 /// - a pure function of its arguments: every rank computes every rank's share alike, every run;
@@ -30,6 +32,12 @@ DTRAIN_NAMESPACE_BEGIN
 template <class S>
 concept SamplerPolicy = PolicyOf<S, category::sampler> && requires(std::int64_t n, int r, std::int64_t e) {
   { S::indices(n, r, r, e) } -> std::same_as<std::vector<std::int64_t>>;
+};
+
+/// A Sampler whose draw takes a run-time seed.
+template <class S>
+concept SeededSampler = SamplerPolicy<S> && requires(std::int64_t n, int r, std::int64_t e, std::uint64_t seed) {
+  { S::indices(n, r, r, e, seed) } -> std::same_as<std::vector<std::int64_t>>;
 };
 
 DTRAIN_NAMESPACE_END

@@ -33,7 +33,21 @@ Context<Policies>::Context(const launch::WorkerIdentity& who, c10::intrusive_ptr
   if (const auto& ck = checkpoints_.resumed()) {
     steps_ = ck->steps();
     reports_ = kept = ck->iteration();
-    const auto position = ck->sampler_state(who.rank);
+    // Another worker count re-deals the epoch's samples: only an epoch boundary resumes exactly.
+    // (A rank the checkpoint had no file for would skip nothing while the others skip: a hang.)
+    if (ck->world_size() != who.world_size) {
+      std::int64_t mid_epoch = 0;
+      for (int r = 0; r < ck->world_size(); ++r)
+        if (const auto p = ck->sampler_state(r); p && p->second > 0) mid_epoch = p->second;
+      if (mid_epoch > 0)
+        throw ConfigError(ck->path().string() + " was written by " + std::to_string(ck->world_size()) +
+                          " workers " + std::to_string(mid_epoch) + " batches into epoch " +
+                          std::to_string(ck->epoch()) + "; a run of " + std::to_string(who.world_size) +
+                          " workers cannot continue that epoch exactly. Resume it with ScalingConfig::num_workers = " +
+                          std::to_string(ck->world_size()) + " (a checkpoint at an epoch's end resumes with any count)");
+    }
+    // Under another worker count every rank resumes where rank 0 did: an epoch's start.
+    const auto position = ck->sampler_state(ck->world_size() == who.world_size ? who.rank : 0);
     cursor_.resume(position ? position->first : ck->epoch(), position ? position->second : 0);
   }
   if (who.rank == 0) MetricsHistory::truncate_jsonl(dir_.history(), kept);
@@ -52,8 +66,15 @@ auto Context<Policies>::shard(const Split& split, std::int64_t global_batch, Sam
                       std::to_string(world) + " workers; choose a global batch that is a multiple of the worker " +
                       "count (e.g. " + std::to_string(std::max<std::int64_t>(1, global_batch / world) * world) + ")");
   const std::int64_t batch_size = global_batch / world;
-  auto order = Sampler::indices(static_cast<std::int64_t>(split.size()), world_rank(), world, cursor_.epoch());
   constexpr bool counted = std::is_same_v<Sampler, trainer_sampler>;
+  const auto n = static_cast<std::int64_t>(split.size());
+  auto order = [&] {
+    // A run-time seed (RunConfig::seed, else enable_reproducibility's) replaces the Sampler's own.
+    if constexpr (counted && SeededSampler<Sampler>)
+      if (const auto seed = run_.seed ? run_.seed : sampler::process_seed())
+        return Sampler::indices(n, world_rank(), world, cursor_.epoch(), *seed);
+    return Sampler::indices(n, world_rank(), world, cursor_.epoch());
+  }();
   std::int64_t first = 0;
   if constexpr (counted) first = cursor_.begin_shard(data::batch_count(static_cast<std::int64_t>(order.size()), batch_size));
   constexpr bool prefetching = backend_traits<backend>::has_batch_transfer;

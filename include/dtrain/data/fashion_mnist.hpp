@@ -32,7 +32,7 @@ class FashionMnist {
 
   /// Reads the four *-ubyte.gz files under `directory` (the two splits in parallel). Throws
   /// DataError naming the file and the problem: missing, not gzip, bad magic number, truncated
-  /// payload, or images and labels whose counts disagree.
+  /// payload, images and labels whose counts disagree, or a label outside 0-9.
   static FashionMnist load(const std::filesystem::path& directory = default_directory) {
     auto test = std::async(std::launch::async, [&] {
       return read(directory / "t10k-images-idx3-ubyte.gz", directory / "t10k-labels-idx1-ubyte.gz");
@@ -57,6 +57,12 @@ class FashionMnist {
       throw DataError(images.string() + " holds " + std::to_string(x.size(0)) + " images but " +
                       labels.string() + " holds " + std::to_string(y.size(0)) +
                       " labels; the two files must come from the same split");
+    // A label outside the 10 classes would fail an epoch later, inside the loss.
+    if (y.numel() > 0)
+      if (const auto top = y.max().item<std::int64_t>(); top > 9)
+        throw DataError(labels.string() + ": holds label " + std::to_string(top) + " at sample " +
+                        std::to_string(y.argmax().item<std::int64_t>()) +
+                        "; Fashion-MNIST's labels are 0-9 (is it the right file, undamaged?)");
     // One fused pass: (x / 255 - mean) / std == x * (1 / (255 std)) - mean / std.
     auto data = x.to(torch::kFloat32).mul_(1.0f / (255.0f * stddev)).sub_(mean / stddev).unsqueeze_(1);
     return {data, y.to(torch::kInt64)};

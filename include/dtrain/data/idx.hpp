@@ -25,6 +25,9 @@ namespace data::detail {
 /// The whole decompressed content of a gzip file (a plain file is returned as it is, as zlib does).
 inline std::vector<std::uint8_t> read_gzip(const std::filesystem::path& path) {
   std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw DataError(path.string() + ": is a directory where the data file should be; remove or rename it and "
+                    "put the file there (or pass the directory that holds the dataset's files)");
   if (!std::filesystem::is_regular_file(path, ec))
     throw DataError(path.string() + ": file not found; install Debian's dataset-fashion-mnist "
                     "(apt-get install dataset-fashion-mnist) or pass the directory that holds it");

@@ -58,6 +58,24 @@ inline int env_int(const char* name, int fallback, bool required = false) {
 }
 }  // namespace detail
 
+/// MASTER_PORT as a TCP port, or `fallback` when it is unset (0: the kernel picks one). A value
+/// that is not a port is a ConfigError naming it (it would otherwise wrap into another port).
+inline int master_port(int fallback, bool required = false) {
+  const auto v = detail::env("MASTER_PORT");
+  if (!v) return detail::env_int("MASTER_PORT", fallback, required);
+  long long port = -1;
+  try {
+    std::size_t used = 0;
+    port = std::stoll(*v, &used);
+    if (used != v->size()) port = -1;
+  } catch (const std::exception&) {
+  }
+  if (port < 1 || port > 65535)
+    throw ConfigError("MASTER_PORT=" + *v + " is not a port (1-65535); set it to a free TCP port, or unset it "
+                      "and dtrain's driver picks one");
+  return static_cast<int>(port);
+}
+
 /// The worker identity the environment describes, or nothing when this process is a driver.
 ///
 /// Precedence: torchrun's variables (RANK, WORLD_SIZE, ..., also what dtrain's driver sets), then
@@ -103,9 +121,7 @@ inline std::optional<WorkerIdentity> detect_worker() {
                       " without MASTER_ADDR: export MASTER_ADDR (the first node's address) and "
                       "MASTER_PORT (a free port there) to every task");
   w.master_addr = addr.value_or("127.0.0.1");
-  w.master_port = env_int("MASTER_PORT", 29500, w.world_size > 1 && !external && !w.store_on_driver);
-  if (w.master_port < 1 || w.master_port > 65535)
-    throw ConfigError("MASTER_PORT=" + std::to_string(w.master_port) + " is not a TCP port (1-65535)");
+  w.master_port = master_port(29500, w.world_size > 1 && !external && !w.store_on_driver);
   return w;
 }
 

@@ -3,6 +3,11 @@
 // Rendezvous over c10d's TCPStore: the driver (or rank 0) hosts it; every worker announces itself
 // and waits for the rest, with a deadline and an error that names the ranks that never came.
 
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <string>
 #include <thread>
@@ -26,10 +31,40 @@ inline std::string key(int attempt, const std::string& name) {
   return "dtrain/" + std::to_string(attempt) + "/" + name;
 }
 
-/// Hosts a TCPStore on `port` (0: a free port the kernel picks). Throws RendezvousError when the
-/// port cannot be listened on, naming it.
+/// Throws RendezvousError unless `addr` (MASTER_ADDR) resolves to an address of this host: the
+/// process hosting the store reaches it there, and an address of another machine would only time
+/// out (after the rendezvous timeout, blaming the port).
+inline void check_local_address(const std::string& addr) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(addr.c_str(), nullptr, &hints, &found); rc != 0)
+    throw RendezvousError("MASTER_ADDR=" + addr + " cannot be resolved (" + ::gai_strerror(rc) +
+                          "); set it to this host's name or address (or 127.0.0.1), or unset it");
+  bool local = false;
+  for (auto* a = found; a != nullptr && !local; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    // Port 0: binding only asks whether the address is one of this host's.
+    if (a->ai_family == AF_INET) reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_port = 0;
+    if (a->ai_family == AF_INET6) reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_port = 0;
+    local = ::bind(fd, a->ai_addr, a->ai_addrlen) == 0;
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  if (!local)
+    throw RendezvousError("MASTER_ADDR=" + addr + " is not reachable as an address of this host, which hosts the "
+                          "rendezvous store (dtrain's driver, or rank 0 under torchrun, Slurm or Open MPI); set it "
+                          "to this host's name or address, or unset it");
+}
+
+/// Hosts a TCPStore on `port` (0: a free port the kernel picks) at `addr`, which must be this
+/// host's. Throws RendezvousError when the port cannot be listened on, naming it.
 inline c10::intrusive_ptr<c10d::TCPStore> host_store(const std::string& addr, int port,
                                                      std::chrono::milliseconds timeout) {
+  if (port < 0 || port > 65535)
+    throw ConfigError("MASTER_PORT=" + std::to_string(port) + " is not a port (1-65535)");
+  check_local_address(addr);
   c10d::TCPStoreOptions o;
   o.port = static_cast<std::uint16_t>(port);
   o.isServer = true;

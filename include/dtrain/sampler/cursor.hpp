@@ -12,9 +12,13 @@ DTRAIN_NAMESPACE_BEGIN
 
 namespace sampler {
 
-/// The current epoch, the batches of the Trainer's Sampler handed out in it (the position a
+/// The current epoch, the batches of the Trainer's Sampler finished in it (the position a
 /// checkpoint saves), and a pending resume: the first shard of the resumed epoch skips the batches
 /// the checkpoint's epoch had consumed already. Shards with another Sampler do not move it.
+///
+/// A batch handed to the loop counts as finished once the loop trains on it (ctx.backward or
+/// ctx.step while it is in hand) or takes the next one; a batch the loop `break`s out on before
+/// training it is not counted, so the resumed epoch trains it.
 class EpochCursor {
  public:
   /// Resumes at `epoch`, `position` batches into it.
@@ -22,6 +26,7 @@ class EpochCursor {
     first_epoch_ = epoch_ = epoch;
     resume_position_ = position_ = position;
     skip_pending_ = position > 0;
+    in_hand_ = -1;
   }
 
   /// The epoch ctx.epochs(n) starts at: 0, or the resumed one.
@@ -29,6 +34,8 @@ class EpochCursor {
   std::int64_t epoch() const { return epoch_; }
   /// Batches of the Trainer's Sampler handed out so far in this epoch.
   std::int64_t position() const { return position_; }
+  /// Whether the loop ended this epoch early (ctx.end_epoch()): a checkpoint resumes at the next.
+  bool ended() const { return ended_; }
   /// Batches of the Trainer's Sampler in this epoch (0 before its first shard).
   std::int64_t epoch_batches() const { return epoch_batches_; }
 
@@ -36,6 +43,8 @@ class EpochCursor {
   void begin_epoch(std::int64_t e) {
     epoch_ = e;
     epoch_batches_ = 0;
+    in_hand_ = -1;
+    ended_ = false;
     if (skip_pending_ && e == first_epoch_) {
       position_ = resume_position_;
     } else {
@@ -48,6 +57,7 @@ class EpochCursor {
   /// first batches to skip (the resumed position, once).
   std::int64_t begin_shard(std::int64_t n_batches) {
     epoch_batches_ = n_batches;
+    in_hand_ = -1;
     std::int64_t skip = 0;
     if (skip_pending_) skip = std::min(position_, n_batches);
     else position_ = 0;
@@ -55,19 +65,29 @@ class EpochCursor {
     return skip;
   }
 
-  /// Batch `index` of the current shard was handed to the loop.
-  void reached(std::int64_t index) { position_ = index + 1; }
+  /// Batch `index` of the current shard was handed to the loop: the ones before it are finished.
+  void reached(std::int64_t index) {
+    position_ = index;
+    in_hand_ = index;
+  }
+  /// The loop trained on the batch in hand (a backward pass or an optimizer step).
+  void trained() {
+    if (in_hand_ >= 0) position_ = in_hand_ + 1;
+  }
+  /// The loop leaves the epoch early: whatever it did not train of it is not trained on resume.
+  void end_epoch() { ended_ = true; }
 
-  /// Where a checkpoint taken now resumes: (epoch, position); after an epoch's last batch, the
-  /// next epoch's first.
+  /// Where a checkpoint taken now resumes: (epoch, position); after an epoch's last batch, or
+  /// once the loop ended the epoch, the next epoch's first.
   std::pair<std::int64_t, std::int64_t> resume_point() const {
-    if (epoch_batches_ > 0 && position_ >= epoch_batches_) return {epoch_ + 1, 0};
+    if (ended_ || (epoch_batches_ > 0 && position_ >= epoch_batches_)) return {epoch_ + 1, 0};
     return {epoch_, position_};
   }
 
  private:
   std::int64_t first_epoch_ = 0, epoch_ = 0, position_ = 0, epoch_batches_ = 0, resume_position_ = 0;
-  bool skip_pending_ = false;
+  std::int64_t in_hand_ = -1;  // the batch handed to the loop and not yet known to be trained
+  bool skip_pending_ = false, ended_ = false;
 };
 
 }  // namespace sampler

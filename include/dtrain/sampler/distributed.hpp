@@ -10,6 +10,7 @@
 
 #include <dtrain/error.hpp>
 #include <dtrain/policy/category.hpp>
+#include <dtrain/sampler/seed.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -32,6 +33,8 @@ enum class tail {
 /// every run and every standard library draws the same one. Rank r takes the positions r, r + world,
 /// r + 2 world, ... of it, as PyTorch's DistributedSampler does. The epoch comes from the worker
 /// context (ctx.epochs()), so the permutation changes every epoch without a set_epoch call.
+/// RunConfig::seed (or dtrain::enable_reproducibility) replaces Seed at run time: the Trainer then
+/// calls the five-argument indices() with it.
 template <std::uint64_t Seed = 0, bool Shuffle = true, tail Tail = tail::pad>
 struct distributed {
   using category = dtrain::category::sampler;
@@ -49,6 +52,12 @@ struct distributed {
   /// The dataset indices rank `rank` of `world_size` visits in `epoch`, in visiting order.
   static std::vector<std::int64_t> indices(std::int64_t dataset_size, int rank, int world_size,
                                            std::int64_t epoch) {
+    return indices(dataset_size, rank, world_size, epoch, Seed);
+  }
+
+  /// The same, drawn with `seed` in place of Seed.
+  static std::vector<std::int64_t> indices(std::int64_t dataset_size, int rank, int world_size,
+                                           std::int64_t epoch, std::uint64_t seed) {
     if (rank < 0 || rank >= world_size)
       throw ConfigError("sampler::distributed: rank " + std::to_string(rank) +
                         " is outside [0, world_size = " + std::to_string(world_size) + ")");
@@ -57,7 +66,7 @@ struct distributed {
     if constexpr (Shuffle) {
       // Mixing the epoch into the seed with a large odd constant keeps neighbouring (seed, epoch)
       // pairs from producing correlated streams.
-      std::mt19937_64 rng(Seed ^ (0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(epoch + 1)));
+      std::mt19937_64 rng(seed ^ (0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(epoch + 1)));
       for (std::size_t i = order.size(); i > 1; --i) {
         const auto j = static_cast<std::size_t>(rng() % i);
         std::swap(order[i - 1], order[j]);

@@ -6,10 +6,13 @@
 // docs/run-directory.md describes each file's fields for readers in other languages.
 
 #include <cxxabi.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <typeinfo>
 #include <filesystem>
@@ -37,17 +40,26 @@ namespace tracking {
 inline constexpr int format_version = 1;
 
 /// Writes `text` to `path` through a temporary file and a rename, so a reader never sees half a
-/// file (a report being rewritten while someone has it open, say).
+/// file (a report being rewritten while someone has it open, say). The temporary is written,
+/// flushed, checked and synced before the rename: a failed write (a full disk) throws and leaves
+/// the earlier file as it was.
 inline void write_atomically(const std::filesystem::path& path, const std::string& text) {
   const auto tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    if (!out) throw Error(tmp + ": cannot be written; check that the run directory is writable and not full");
-  }
+  auto fail = [&](const std::string& why) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw Error(tmp + ": cannot be written (" + why + "); " + path.string() +
+                " was left as it was. Check that the run directory is writable and its disk not full");
+  };
+  std::FILE* out = std::fopen(tmp.c_str(), "wb");
+  if (out == nullptr) fail(std::strerror(errno));
+  const bool written = std::fwrite(text.data(), 1, text.size(), out) == text.size() && std::fflush(out) == 0 &&
+                       ::fsync(::fileno(out)) == 0;
+  const int write_errno = errno;
+  if (std::fclose(out) != 0 || !written) fail(std::strerror(written ? errno : write_errno));
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) throw Error(path.string() + ": cannot be replaced (" + ec.message() + ")");
+  if (ec) fail("it cannot be renamed into place: " + ec.message());
 }
 
 inline void write_json(const std::filesystem::path& path, const nlohmann::json& j) {
