@@ -169,7 +169,7 @@ int train(const Args& a) {
         if (ctx.steps() == a.steps) break;
         if (ctx.steps() == a.fail_at_step) throw std::runtime_error("the same failure at step " + std::to_string(a.fail_at_step));
         if (ctx.world_rank() == 0 && std::getenv("SCENARIO_TRACE"))
-          std::cerr << "TRAIN epoch=" << ctx.epoch() << " first=" << batch.target[0].item<std::int64_t>() << std::endl;
+          std::cerr << "TRAIN epoch=" << ctx.epoch() << " first=" << batch.target[0].template item<std::int64_t>() << std::endl;
         if (ctx.world_rank() == 1 && ctx.steps() == a.kill_step && (a.kill_always || ctx.attempt() == 0))
           std::raise(SIGKILL);
         if (a.user_state)
