@@ -17,7 +17,7 @@ probe first() {
   return {&dtrain::strategy::default_bucket_bytes_cap,
           &dtrain::policy::defaults,
           reinterpret_cast<const void*>(&dtrain::launch::detect_worker),
-          reinterpret_cast<const void*>(&sampler::indices),
+          reinterpret_cast<const void*>(static_cast<std::vector<std::int64_t> (*)(std::int64_t, int, int, std::int64_t)>(&sampler::indices)),
           &policies::precision::name,
           sampler::indices(dataset.size(), 1, 3, 2),
           dataset.size()};
