@@ -9,7 +9,9 @@
 
 #include <cstddef>
 #include <optional>
+#include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <ATen/core/Dict.h>
@@ -145,6 +147,19 @@ inline std::optional<c10::impl::GenericDict> python_group_options(const torch::o
   return d;
 }
 
+/// The key of parameter `p` in an optimizer's state: LibTorch 1.13 keys it by the text of the
+/// TensorImpl's address (c10::guts::to_string), LibTorch 2.x by the address itself.
+template <class State>
+auto optimizer_state_key(const State&, const torch::Tensor& p) {
+  if constexpr (std::is_same_v<typename State::key_type, std::string>) {
+    std::ostringstream os;
+    os << p.unsafeGetTensorImpl();
+    return os.str();
+  } else {
+    return static_cast<typename State::key_type>(p.unsafeGetTensorImpl());
+  }
+}
+
 /// `optimizer`'s state as Python's `optimizer.state_dict()` structures it:
 /// {"state": {index: {...}}, "param_groups": [{...options, "params": [indices]}]}, parameters
 /// numbered over all groups in order. Nothing for an optimizer other than SGD, Adam, AdamW,
@@ -158,7 +173,7 @@ inline std::optional<c10::IValue> python_optimizer_state(const torch::optim::Opt
     if (!options) return std::nullopt;
     c10::impl::GenericList params(c10::AnyType::get());  // a List[int] would pickle as build_intlist
     for (const auto& p : group.params()) {
-      const auto it = optimizer.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+      const auto it = optimizer.state().find(optimizer_state_key(optimizer.state(), p));
       if (it != optimizer.state().end()) {
         auto s = python_param_state(*it->second);
         if (!s) return std::nullopt;
