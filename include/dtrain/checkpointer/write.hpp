@@ -116,13 +116,7 @@ struct Snapshot {
 
 namespace detail {
 
-inline std::string optimizer_bytes(const auto& optimizer) {
-  torch::serialize::OutputArchive archive;
-  optimizer.save(archive);
-  std::ostringstream os;
-  archive.save_to(os);
-  return os.str();
-}
+inline std::string optimizer_bytes(const auto& optimizer) { return archive_bytes(optimizer); }
 
 /// optimizer.pt of a checkpoint whose optimizer state is sharded: an archive that names the world
 /// size, so that a plain optimizer.load() of it fails instead of loading something else.
