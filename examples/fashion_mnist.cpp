@@ -292,6 +292,7 @@ int main(int argc, char** argv) try {
   }
   // Rounded to `digits` decimals, as the peer rounds its figures.
   auto round = [](double v, int digits) { const double s = std::pow(10.0, digits); return std::round(v * s) / s; };
+  const double first_step = m.at("first_step_unix").number();
   nlohmann::json line = {
       {"model", opt.model},
       {"strategy", opt.strategy},
@@ -304,7 +305,8 @@ int main(int argc, char** argv) try {
       {"train_samples", static_cast<std::int64_t>(m.at("train_samples").number())},
       {"train_loop_s", round(m.at("train_loop_s").number(), 3)},
       {"train_samples_per_s", round(m.at("train_samples_per_s").number(), 1)},
-      {"startup_s", round(m.at("first_step_unix").number() - process_start, 3)},
+      // null when this process trained no step (the run had finished already).
+      {"startup_s", first_step >= process_start ? nlohmann::json(round(first_step - process_start, 3)) : nlohmann::json()},
       {"final_train_loss", round(m.at("final_train_loss").number(), 5)},
       {"test_accuracy", round(m.at("test_accuracy").number(), 4)},
       {"run_dir", result.path.string()},

@@ -331,20 +331,28 @@ class Context {
   void finish();
 
  private:
-  // A load error that is not dtrain's own (LibTorch's, a JSON parser's) gets the file and the
-  // checkpoint named, and what to do.
+  // A load error names the file and the checkpoint, and what to do; unless the run's configuration
+  // is at fault (ConfigError), the checkpoint is marked in the store so that the restarted group
+  // passes over it like a damaged one and resumes from an older checkpoint.
   template <class Load>
-  static void naming_file(const checkpointer::Checkpoint& ck, const std::string& file, Load&& load) {
+  void naming_file(const checkpointer::Checkpoint& ck, const std::string& file, Load&& load) {
     try {
       load();
-    } catch (const Error&) {
+    } catch (const ConfigError&) {
       throw;
     } catch (const std::exception& e) {
       std::string why = e.what();
       why = why.substr(0, why.find('\n'));  // LibTorch appends a backtrace
-      throw Error((ck.path() / file).string() + ": cannot be loaded into this run (" + why + ") from checkpoint " +
-                  ck.path().filename().string() + "; was it written by another model, optimizer or version? Resume "
-                  "from another checkpoint (RunConfig::resume_from) or start afresh (RunConfig::start = "
+      if (!dynamic_cast<const Error*>(&e))
+        why = (ck.path() / file).string() + ": cannot be loaded into this run (" + why + ") from checkpoint " +
+              ck.path().filename().string() + "; was it written by another model, optimizer or version?";
+      try {
+        group_.store().set(checkpointer::unloadable_key(ck.path()), launch::to_bytes(why));
+        group_.store().set(group_.key("checkpoint_unloadable"), launch::to_bytes(ck.path().string()));
+      } catch (const std::exception&) {  // the store went away: the error below still says it all
+      }
+      throw Error(why + ". The group restarts from an older checkpoint if there is one; to resume from a "
+                  "particular one set RunConfig::resume_from, or start afresh (RunConfig::start = "
                   "dtrain::Start::fresh)");
     }
   }

@@ -22,6 +22,20 @@
 
 DTRAIN_NAMESPACE_BEGIN
 
+namespace detail {
+/// The JSON in `path`, or `fallback` when the file is absent. A file that is there but is not
+/// JSON throws Error naming it.
+inline nlohmann::json read_json(const std::filesystem::path& path, nlohmann::json fallback = nullptr) {
+  std::ifstream in(path);
+  if (!in) return fallback;
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw Error(path.string() + ": not valid JSON (" + e.what() + "); was it cut short?");
+  }
+}
+}  // namespace detail
+
 /// Every report() of rank 0, in order: a table whose rows are Metrics and whose columns are the
 /// union of their names.
 class MetricsHistory {
@@ -179,28 +193,18 @@ struct RunFiles {
     const RunDirectory dir(run_dir);
     RunFiles f;
     f.history = MetricsHistory::read_jsonl(dir.history());
-    if (auto doc = read_json_file(dir.evaluations()); doc.is_object())
+    if (auto doc = detail::read_json(dir.evaluations()); doc.is_object())
       f.evaluations = doc.value("evaluations", nlohmann::json::array());
     if (!with_checkpoints) return f;
     f.checkpoints = checkpointer::all_valid(run_dir, /*warn=*/true);
     try {
-      if (auto stats = read_json_file(dir.checkpoint_stats()); !stats.is_null())
+      if (auto stats = detail::read_json(dir.checkpoint_stats()); !stats.is_null())
         f.checkpoint_stats = stats.get<checkpointer::CheckpointStats>();
     } catch (const std::exception&) {  // unreadable: the stats are optional
     }
     return f;
   }
 
-  /// The JSON in `path`, or null when the file is absent; a file that is not JSON throws Error.
-  static nlohmann::json read_json_file(const std::filesystem::path& path) {
-    std::ifstream in(path);
-    if (!in) return nullptr;
-    try {
-      return nlohmann::json::parse(in);
-    } catch (const std::exception& e) {
-      throw Error(path.string() + ": not valid JSON (" + e.what() + "); was it cut short?");
-    }
-  }
 };
 
 /// The outcome of Trainer::fit(), in the driver, or of a run read back with Result::from_path.
@@ -260,13 +264,13 @@ struct Result {
   /// directory.
   static Result from_path(const std::filesystem::path& run_dir) {
     const RunDirectory dir(run_dir);
-    const auto outcome = RunFiles::read_json_file(dir.outcome());
+    const auto outcome = detail::read_json(dir.outcome());
     if (!outcome.is_object())
       throw Error(dir.outcome().string() + " is missing: " + run_dir.string() +
                   " is not a run directory written by fit() with a Tracker that records the outcome "
                   "(tracker::directory or tracker::mlflow<>)");
     CheckpointConfig config;
-    if (auto params = RunFiles::read_json_file(dir.params()); params.is_object() && params.contains("checkpoint")) {
+    if (auto params = detail::read_json(dir.params()); params.is_object() && params.contains("checkpoint")) {
       const auto& c = params.at("checkpoint");
       config.num_to_keep = c.value("num_to_keep", 0);
       config.score_attribute = c.value("score_attribute", std::string());

@@ -141,6 +141,8 @@ class Trainer {
           store->set(launch::key(who.attempt, "error/" + std::to_string(who.rank)),
                      launch::to_bytes(std::to_string(unix_now()) + " " + what));
           store->add(launch::key(who.attempt, "errors"), 1);
+          // A configuration that cannot work fails the same way after any restart.
+          if (dynamic_cast<const ConfigError*>(&e)) store->set(launch::key(who.attempt, "config_error"), {});
         } catch (...) {  // the store went away with the driver: stderr has it
         }
       }
@@ -223,6 +225,12 @@ class Trainer {
       }
       if (launch::stop_signals_received() > 0) return stop_run(record, static_cast<int>(failures.size()));
       if (!failure) break;
+      // A checkpoint a worker could not load is passed over, as a damaged one is: not a failure of
+      // the training. Each time, one checkpoint fewer remains, so this ends.
+      if (store->check({launch::key(attempt, "checkpoint_unloadable")})) {
+        std::fprintf(stderr, "dtrain: %s; restarting the worker group from an older checkpoint\n", failure->c_str());
+        continue;
+      }
       failures.push_back(std::move(*failure));
       nlohmann::json failed = {{"time", unix_now()}, {"attempt", attempt}, {"cause", failures.back()},
                                {"resumed_iteration", 0}, {"resumed_step", 0}};
@@ -241,11 +249,14 @@ class Trainer {
       const int allowed = run_.failure.max_failures;
       const int repeat_limit = run_.failure.max_repeated_failures;
       const bool repeating = repeat_limit > 0 && repeats >= repeat_limit && allowed != 0;
-      if (repeating || (allowed >= 0 && static_cast<int>(failures.size()) > allowed)) {
+      const bool config_error = store->check({launch::key(attempt, "config_error")});
+      if (config_error || repeating || (allowed >= 0 && static_cast<int>(failures.size()) > allowed)) {
         std::string msg = failures.size() == 1 ? failures.front() : "training failed " + std::to_string(failures.size()) + " times";
         if (failures.size() > 1)
           for (std::size_t i = 0; i < failures.size(); ++i) msg += "; attempt " + std::to_string(i) + ": " + failures[i];
-        if (repeating)
+        if (config_error)
+          msg += " (not restarted: a configuration error fails again on every restart; fix it and run again)";
+        else if (repeating)
           msg += " (stopped: the same failure from the same checkpoint step " + std::to_string(repeats) +
                  " times in a row, so a restart would fail again; fix its cause and run again to resume. "
                  "FailureConfig::max_repeated_failures = " + std::to_string(repeat_limit) + ")";

@@ -782,13 +782,47 @@ TEST_CASE("invalid_state_values_are_fallen_back_from: a state.json with iteratio
   }
 }
 
-TEST_CASE("checkpoint_of_another_model_names_file_and_stops: a model.pt that does not fit names the file, and restarts stop") {
+TEST_CASE("checkpoint_of_another_model_is_fallen_back_from: a sealed checkpoint that does not load is passed over") {
+  Sandbox box;
+  reference(box);
+  REQUIRE(box.scenario("--name other --steps 10 --every 5 --hidden 48").status == 0);
+  REQUIRE(box.scenario("--name mix --steps 10 --every 5").status == 0);
+  // The latest checkpoint holds another model's weights under a manifest that verifies (a tool
+  // that copied the wrong file and re-sealed it): only loading it can tell.
+  const auto ck = box.run("mix") / "checkpoint_000002";
+  fs::copy_file(box.run("other") / "checkpoint_000002" / "model.pt", ck / "model.pt", fs::copy_options::overwrite_existing);
+  auto manifest = nlohmann::json::parse(std::ifstream(ck / "manifest.json"));
+  for (auto& f : manifest["files"])
+    if (f["name"] == "model.pt") {
+      f["size"] = fs::file_size(ck / "model.pt");
+      f["crc32"] = dtrain::checkpointer::detail::crc32_of_file(ck / "model.pt").first;
+    }
+  std::ofstream(ck / "manifest.json") << manifest.dump();
+  auto r = box.scenario("--name mix --steps 40 --every 5 --out mix.pt");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("checkpoint_000002/model.pt") &&
+                           Catch::Contains("restarting the worker group from an older checkpoint") &&
+                           Catch::Contains("checkpoint_000002 cannot be loaded into this run") &&
+                           Catch::Contains("checkpoint_000001 steps=5"));
+  CHECK(same_params(box.file("ref.pt"), box.file("mix.pt")));
+  // Not counted as a failure of the training: the run has no restarts.
+  const auto outcome = nlohmann::json::parse(std::ifstream(box.run("mix") / "outcome.json"));
+  CHECK(outcome["status"] == "finished");
+  CHECK(outcome["restarts"] == 0);
+}
+
+TEST_CASE("checkpoints_of_another_model_stop_the_run: when none loads the run stops and keeps them") {
   Sandbox box;
   REQUIRE(box.scenario("--name other --steps 10 --every 5 --hidden 48").status == 0);
   auto r = box.scenario("--name other --steps 20 --every 5 --max-failures -1");
   INFO(r.output);
   CHECK(r.status == 3);
-  CHECK_THAT(r.output, Catch::Contains("checkpoint_000002/model.pt") &&
-                           Catch::Contains("same failure from the same checkpoint step 3 times in a row") &&
+  CHECK_THAT(r.output, Catch::Contains("checkpoint_000002/model.pt") && Catch::Contains("checkpoint_000001/model.pt") &&
+                           Catch::Contains("can be loaded into this run") && Catch::Contains("Start::fresh") &&
+                           Catch::Contains("not restarted: a configuration error") &&
                            !Catch::Contains("frame #"));
+  // Both are still there: a fresh start would have overwritten them.
+  CHECK(fs::exists(box.run("other") / "checkpoint_000001" / "model.pt"));
+  CHECK(fs::exists(box.run("other") / "checkpoint_000002" / "model.pt"));
 }

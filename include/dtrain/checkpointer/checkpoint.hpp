@@ -376,6 +376,12 @@ class Checkpoint {
   bool in_worker_ = false;
 };
 
+/// The store key under which a worker records that checkpoint `dir` verified but could not be
+/// loaded into this run (another model's weights, say): the restarted group passes over it.
+inline std::string unloadable_key(const std::filesystem::path& dir) {
+  return "dtrain/unloadable/" + dir.lexically_normal().string();
+}
+
 /// The newest checkpoint under `run_dir` whose manifest verifies. Each newer one that does not is
 /// reported on stderr with its path and the reason, and skipped.
 inline std::optional<Checkpoint> latest_valid(const std::filesystem::path& run_dir, bool warn = true) {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <future>
 #include <optional>
@@ -129,10 +130,27 @@ class directory_state {
   std::string choose(const RunConfig& run) {
     dir_.create();
     dir_.remove_unfinished_checkpoints();
-    auto ck = latest_valid(dir_.path());
+    std::string unloadable;  // the checkpoints a worker of this run could not load, and why
+    std::optional<Checkpoint> ck;
+    for (const auto& [iteration, dir] : dir_.checkpoints()) {
+      std::string why;
+      auto c = Checkpoint::open(dir, &why);
+      if (c && (why = unloadable_reason(dir)).empty()) {
+        ck = std::move(c);
+        break;
+      }
+      if (c) unloadable += "; " + why;
+      std::fprintf(stderr, "dtrain: warning: checkpoint %s %s (%s); falling back to an older one\n", dir.c_str(),
+                   c ? "cannot be loaded into this run" : "is damaged", why.c_str());
+    }
+    if (!ck && !unloadable.empty())  // starting afresh would overwrite them: the user decides
+      throw ConfigError("no checkpoint of " + dir_.path().string() + " can be loaded into this run" + unloadable +
+                        ". Fix the model (or optimizer) to match them, or start afresh with RunConfig::start = "
+                        "dtrain::Start::fresh, which moves the old run aside");
     if (!ck && run.resume_from) {
       std::string why;
       ck = Checkpoint::open(*run.resume_from, &why);
+      if (ck && !(why = unloadable_reason(*run.resume_from)).empty()) ck.reset();
       if (!ck)
         throw ConfigError("RunConfig::resume_from " + run.resume_from->string() + " cannot be resumed from: " + why +
                           "; and " + dir_.path().string() +
@@ -144,6 +162,12 @@ class directory_state {
       if (iteration <= ck->iteration())
         if (auto c = Checkpoint::open(dir, nullptr, false)) index_.insert(index_.begin(), {iteration, dir, c->metrics()});
     return ck->path().string();
+  }
+
+  // Why a worker of this run could not load checkpoint `dir` (ctx.restore marks it), or "".
+  std::string unloadable_reason(const std::filesystem::path& dir) const {
+    const auto key = unloadable_key(dir);
+    return group_.store().check({key}) ? launch::to_string(group_.store().get(key)) : std::string();
   }
 
   void write(const Snapshot& s, std::int64_t iteration, const Metrics& reported) {

@@ -66,17 +66,7 @@ inline void write_json(const std::filesystem::path& path, const nlohmann::json& 
   write_atomically(path, j.dump(2) + "\n");
 }
 
-/// The JSON in `path`, or `fallback` when the file is absent. A file that is there but is not
-/// JSON throws Error naming it.
-inline nlohmann::json read_json(const std::filesystem::path& path, nlohmann::json fallback = nullptr) {
-  std::ifstream in(path);
-  if (!in) return fallback;
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    throw Error(path.string() + ": not valid JSON (" + e.what() + "); was it cut short?");
-  }
-}
+using dtrain::detail::read_json;
 
 /// An evaluation as evaluations.json holds it. `confusion[t][p]`: samples of true class t
 /// predicted as p.
@@ -192,6 +182,8 @@ nlohmann::json params_json(const ScalingConfig& scaling, const RunConfig& run) {
         {"rendezvous_timeout_ms", run.rendezvous_timeout.count()},
         {"collective_timeout_ms", run.collective_timeout.count()},
         {"resume_from", run.resume_from ? nlohmann::json(run.resume_from->string()) : nlohmann::json(nullptr)},
+        {"start", run.start == Start::fresh ? "fresh" : "resume"},
+        {"seed", run.seed ? nlohmann::json(*run.seed) : nlohmann::json(nullptr)},
         {"progress",
          {{"verbosity", verbosity[static_cast<int>(run.progress.verbosity)]},
           {"interval_ms", run.progress.interval.count()}}}}},
@@ -199,7 +191,14 @@ nlohmann::json params_json(const ScalingConfig& scaling, const RunConfig& run) {
        {{"num_to_keep", run.checkpoint.num_to_keep},
         {"score_attribute", run.checkpoint.score_attribute},
         {"score_order", run.checkpoint.score_order == ScoreOrder::max ? "max" : "min"}}},
-      {"failure", {{"max_failures", run.failure.max_failures}}},
+      {"failure",
+       {{"max_failures", run.failure.max_failures},
+        {"max_repeated_failures", run.failure.max_repeated_failures},
+        {"throw_on_failure", run.failure.throw_on_failure},
+        {"stop_grace_ms", run.failure.stop_grace.count()},
+        {"stop_poll_ms", run.failure.stop_poll.count()},
+        {"restart_backoff_ms", run.failure.restart_backoff.count()},
+        {"restart_backoff_max_ms", run.failure.restart_backoff_max.count()}}},
       {"train_loop_config", run.train_loop_config},
   };
 }
