@@ -74,7 +74,8 @@ class Unpickler {
         case '.': return pop();                                     // STOP
         case 'c': {                                                 // GLOBAL
           auto g = make(Value::Kind::global);
-          g->text = line() + "." + line();
+          g->text = line();  // the module, then the name (two statements: the order matters)
+          g->text += "." + line();
           push(g);
           break;
         }
