@@ -156,6 +156,15 @@ int schedules() {
   const auto ck = result.latest_checkpoint();
   std::cout << "schedules: " << result.metrics_history.size() << " reports, schedule saved "
             << (ck->has_object(dtrain::schedule::checkpoint_name) ? "yes" : "no") << "\n";
+  // model.pt is in torch.save's format, as a Python user's exported state_dict is.
+  const auto model_file = ck->path() / "model.pt";
+  // [weights]
+  Net pretrained;
+  const auto report = dtrain::weights::load_python_state_dict(*pretrained, model_file, {.strict = false});
+  for (const auto& name : report.missing) std::cout << "not in the file: " << name << '\n';
+  for (const auto& name : report.unexpected) std::cout << "not in the model: " << name << '\n';
+  // [weights]
+  std::cout << "weights: " << report.loaded << " loaded\n";
   return 0;
 }
 

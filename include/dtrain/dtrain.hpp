@@ -53,3 +53,4 @@
 
 #include <dtrain/context.hpp>
 #include <dtrain/trainer.hpp>
+#include <dtrain/weights.hpp>
