@@ -117,12 +117,64 @@ int user_state() {
   return 0;
 }
 
+
+int schedules() {
+  const auto data = SmallFashionMnist::load();
+  using Trainer = dtrain::Trainer<Net, dtrain::data::FashionMnist, dtrain::checkpointer::directory<>,
+                                  dtrain::precision::amp<dtrain::precision::bf16, dtrain::precision::dynamic_loss_scale>>;
+  Trainer trainer({.num_workers = 2}, {.storage_path = "runs", .name = "schedules"});
+  auto result = trainer.fit([&](Trainer::context& ctx) {
+    auto model = ctx.prepare_model(Net{});
+    // [schedules]
+    torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+    dtrain::schedule::ReduceLROnPlateau schedule(opt, {.factor = 0.5, .patience = 1});
+    if (auto ck = ctx.get_checkpoint()) {
+      ctx.restore(*ck, model, opt);  // state and param-group options (lr, momentum), RNGs, GradScaler
+      ck->load_object(dtrain::schedule::checkpoint_name, schedule);  // its counters and best metric
+    }
+    for (auto epoch : ctx.epochs(3)) {
+      double loss = 0;
+      for (auto batch : ctx.shard(data.train(), 128)) {
+        opt.zero_grad();
+        torch::Tensor l;
+        {
+          auto autocast = ctx.autocast();
+          l = torch::nn::functional::cross_entropy(model->forward(batch.data), batch.target);
+        }
+        ctx.backward(l);
+        ctx.step(opt);
+        loss = l.item<double>();
+      }
+      const double mean_loss = ctx.all_reduce(loss);  // the same metric on every rank
+      schedule.step(mean_loss);
+      ctx.report({{"loss", mean_loss}, {"lr", schedule.lrs()[0]}},
+                 ctx.checkpoint(model, opt).with_object(dtrain::schedule::checkpoint_name, schedule));
+      (void)epoch;
+    }
+    // [schedules]
+  });
+  const auto ck = result.latest_checkpoint();
+  std::cout << "schedules: " << result.metrics_history.size() << " reports, schedule saved "
+            << (ck->has_object(dtrain::schedule::checkpoint_name) ? "yes" : "no") << "\n";
+  // model.pt is in torch.save's format, as a Python user's exported state_dict is.
+  const auto model_file = ck->path() / "model.pt";
+  // [weights]
+  Net pretrained;
+  const auto report = dtrain::weights::load_python_state_dict(*pretrained, model_file, {.strict = false});
+  for (const auto& name : report.missing) std::cout << "not in the file: " << name << '\n';
+  for (const auto& name : report.unexpected) std::cout << "not in the model: " << name << '\n';
+  // [weights]
+  std::cout << "weights: " << report.loaded << " loaded\n";
+  return 0;
+}
+
 }  // namespace
 
 int checkpoints(const std::string& block) {
   fresh_directory("checkpoints_" + block);
   if (block == "run") return run_then_predict();
   if (block == "user_state") return user_state();
+  if (block == "schedules") return schedules();
   std::cerr << "snippets checkpoints: no block " << block << "; the block is run\n";
   return 2;
 }

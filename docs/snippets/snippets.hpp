@@ -6,6 +6,7 @@
 // compiled file, and tests/docs/CMakeLists.txt runs each program and checks what it prints.
 
 #include <dtrain/dtrain.hpp>
+#include <dtrain/weights.hpp>
 
 #include <cstdint>
 #include <filesystem>

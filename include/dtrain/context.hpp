@@ -301,6 +301,10 @@ class Context {
     return t.item<double>();
   }
 
+  /// `tensor` reduced in place over all ranks (sum by default), on the device it is on; every
+  /// rank gets the result (a SyncBatchNorm's statistics, a metric's tensor).
+  void all_reduce(torch::Tensor& tensor, reduce op = reduce::sum) { comm_.allreduce(tensor, op).wait(); }
+
   /// Sums a metric's state (evaluation::ConfusionMatrix, or any type with all_reduce(communicator))
   /// over all ranks, into every rank's: an evaluation split over the ranks then gives exactly the
   /// numbers of one process. Call it on every rank, after the last update.

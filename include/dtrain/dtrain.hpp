@@ -28,6 +28,10 @@
 #include <dtrain/precision/fp32.hpp>
 #include <dtrain/precision/amp.hpp>
 #include <dtrain/precision/grad_scaler.hpp>
+#include <dtrain/schedule/plateau.hpp>
+#include <dtrain/schedule/schedule.hpp>
+#include <dtrain/schedule/step_lr.hpp>
+#include <dtrain/schedule/warmup_cosine.hpp>
 #include <dtrain/tracker/directory.hpp>
 #include <dtrain/tracker/mlflow.hpp>
 #include <dtrain/tracker/none.hpp>
@@ -49,3 +53,4 @@
 
 #include <dtrain/context.hpp>
 #include <dtrain/trainer.hpp>
+#include <dtrain/weights.hpp>

@@ -8,6 +8,9 @@
 //       [--order min|max] [--resume-from DIR] [--fault-iteration I] [--out FILE] [--sync 1]
 //       [--user-state 1]   a vocabulary file and a learning-rate schedule in every checkpoint
 //       [--amp 1]          amp<bf16> with a GradScaler whose scale grows every 3 steps
+//       [--schedule cosine|plateau]  schedule::WarmupCosine stepped every step, or
+//                          schedule::ReduceLROnPlateau stepped on the mean loss at every checkpoint;
+//                          saved in every checkpoint as schedule::checkpoint_name
 //       [--fresh 1] [--seed N] [--reproducible N] [--epoch-steps K] [--fail-at-step S] [--final 1]
 //       [--hidden N] (another model's shape: its checkpoints do not load into the default one)
 //
@@ -16,6 +19,8 @@
 // dtrain::enable_reproducibility(N) before fit(); --final 1 checkpoints once more after the loop.
 
 #include <dtrain/dtrain.hpp>
+#include <dtrain/schedule/plateau.hpp>
+#include <dtrain/schedule/warmup_cosine.hpp>
 
 #include "crashing_checkpointer.hpp"
 
@@ -24,6 +29,7 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -32,7 +38,7 @@
 namespace {
 
 struct Args {
-  std::string name = "run", storage = "checkpoint_runs", out, score, order = "max", resume_from;
+  std::string name = "run", storage = "checkpoint_runs", out, score, order = "max", resume_from, schedule;
   int workers = 2, steps = 40, every = 5, kill_step = -1, max_failures = 0, keep = 0;
   int epoch_steps = -1, fail_at_step = -1, hidden = 32;
   bool kill_always = false, user_state = false, amp = false, fresh = false, final_checkpoint = false;
@@ -61,6 +67,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--batch") a.batch = std::stoll(v);
     else if (f == "--user-state") a.user_state = v == "1";
     else if (f == "--amp") a.amp = v == "1";
+    else if (f == "--schedule") a.schedule = v;
     else if (f == "--fresh") a.fresh = v == "1";
     else if (f == "--final") a.final_checkpoint = v == "1";
     else if (f == "--hidden") a.hidden = std::stoi(v);
@@ -143,6 +150,12 @@ int train(const Args& a) {
     auto model = ctx.prepare_model(small_model(a.hidden));
     torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
     StepDecay decay;
+    // Built before the restore, as a user would: load() sets the saved rates and counters.
+    std::optional<dtrain::schedule::WarmupCosine> cosine;
+    std::optional<dtrain::schedule::ReduceLROnPlateau> plateau;
+    if (a.schedule == "cosine") cosine.emplace(sgd, dtrain::schedule::WarmupCosineOptions{.warmup_steps = 5, .total_steps = a.steps});
+    if (a.schedule == "plateau")
+      plateau.emplace(sgd, dtrain::schedule::PlateauOptions{.factor = 0.5, .patience = 0, .threshold = 0.02});
     const std::string vocab = "vocab.txt";  // rank 0's, in the working directory
     if (auto ck = ctx.get_checkpoint()) {
       ctx.restore(*ck, model, sgd);
@@ -154,6 +167,8 @@ int train(const Args& a) {
           std::cerr << "USER STATE scheduler " << (decay.steps == ck->steps() ? "ok" : "bad") << " vocabulary "
                     << (text == "steps " + std::to_string(ck->steps()) + "\n" ? "ok" : "bad") << std::endl;
       }
+      if (cosine) ck->load_object(dtrain::schedule::checkpoint_name, *cosine);
+      if (plateau) ck->load_object(dtrain::schedule::checkpoint_name, *plateau);
       if (ctx.world_rank() == 0)
         std::cerr << "RESUMED " << ck->path().string() << " steps=" << ck->steps() << std::endl;
     }
@@ -182,9 +197,13 @@ int train(const Args& a) {
         }
         ctx.backward(loss);
         ctx.step(sgd);
+        if (cosine) cosine->step();
         if (ctx.steps() % a.every == 0) {
           const auto s = ctx.steps();
+          if (plateau) plateau->step(ctx.all_reduce(loss.item<double>()));
           auto snapshot = ctx.checkpoint(model, sgd, {{"extra_steps", s}});
+          if (cosine) snapshot.with_object(dtrain::schedule::checkpoint_name, *cosine);
+          if (plateau) snapshot.with_object(dtrain::schedule::checkpoint_name, *plateau);
           if (a.user_state) {
             if (ctx.world_rank() == 0) std::ofstream(vocab) << "steps " << s << "\n";
             snapshot.with_file("vocab.txt", vocab).with_object("scheduler", decay);
@@ -204,6 +223,10 @@ int train(const Args& a) {
         for (const auto& p : model->parameters()) params.push_back(p.detach().clone());
         torch::save(params, a.out);
       }
+      std::ostringstream lr;
+      lr.precision(17);
+      lr << sgd.param_groups()[0].options().get_lr();
+      std::cerr << "FINAL lr=" << lr.str() << std::endl;
       const auto& st = ctx.checkpoint_stats();
       std::cerr << "STATS blocked_s=" << st.blocked_s << " write_s=" << st.write_s << " written=" << st.written
                 << std::endl;

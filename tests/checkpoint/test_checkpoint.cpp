@@ -29,6 +29,7 @@
 #include <dtrain/checkpointer/checkpoint.hpp>
 #include <dtrain/checkpointer/write.hpp>
 #include <dtrain/precision/amp.hpp>
+#include <dtrain/run_directory.hpp>
 #include <dtrain/tracking/record.hpp>
 
 namespace fs = std::filesystem;
@@ -428,6 +429,137 @@ TEST_CASE("optimizer_state.pt of SGD, Adam, AdamW, RMSprop and Adagrad continues
     for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-6).margin(1e-7));
   }
 }
+
+namespace {
+// A one-rank checkpoint written by the library's own writer (write_rank_file, commit) holding
+// `opt`'s state, as ctx.checkpoint() saves it under ddp<>; returns its directory.
+fs::path write_optimizer_checkpoint(const fs::path& run, torch::optim::Optimizer& opt, const torch::nn::Module& m) {
+  namespace ck = dtrain::checkpointer;
+  ck::Snapshot s;
+  s.has_model = true;
+  s.model = ck::detail::named_state(m, true);
+  s.optimizer = ck::detail::optimizer_bytes(opt);
+  s.python_optimizer = ck::detail::python_optimizer_state(opt);
+  s.generator = ck::detail::default_generator_state();
+  const auto tmp = dtrain::RunDirectory(run).temporary_checkpoint(1);
+  fs::create_directories(tmp);
+  ck::detail::write_rank_file(tmp, 0, s);
+  return ck::detail::commit(run, 1, 1, s, {}, [] { return true; });
+}
+}  // namespace
+
+TEST_CASE("a param group's options come back with the optimizer state for SGD Adam AdamW RMSprop and Adagrad") {
+  Sandbox box;
+  using namespace torch::optim;
+  // Each optimizer is saved with options other than its constructor's (a decayed lr, as after a
+  // StepLR), and loaded into one built with the constructor's.
+  struct Case {
+    std::string name;
+    std::function<std::unique_ptr<Optimizer>(std::vector<torch::Tensor>)> make;
+    std::function<void(OptimizerOptions&)> change;
+    std::function<std::string(const OptimizerOptions&)> show;  // C++ options, as Python prints them
+  };
+  auto num = [](double v) {
+    std::ostringstream os;
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    os << buf;
+    return os.str();
+  };
+  auto flag = [](bool b) { return std::string(b ? "True" : "False"); };
+  const std::vector<Case> cases = {
+      {"SGD", [](auto p) { return std::make_unique<SGD>(p, SGDOptions(0.1).momentum(0.9)); },
+       [](auto& o) { static_cast<SGDOptions&>(o).lr(0.001).momentum(0.5).dampening(0.1).weight_decay(0.02).nesterov(false); },
+       [&](const auto& o) {
+         const auto& s = static_cast<const SGDOptions&>(o);
+         return "lr " + num(s.lr()) + " momentum " + num(s.momentum()) + " dampening " + num(s.dampening()) +
+                " weight_decay " + num(s.weight_decay()) + " nesterov " + flag(s.nesterov());
+       }},
+      // amsgrad, momentum and centered are turned off, not on: LibTorch cannot step with them from a
+      // state saved without their buffers.
+      {"Adam", [](auto p) { return std::make_unique<Adam>(p, AdamOptions(0.01).amsgrad(true)); },
+       [](auto& o) { static_cast<AdamOptions&>(o).lr(0.00025).betas({0.8, 0.95}).eps(1e-6).weight_decay(0.03).amsgrad(false); },
+       [&](const auto& o) {
+         const auto& s = static_cast<const AdamOptions&>(o);
+         return "lr " + num(s.lr()) + " betas " + num(std::get<0>(s.betas())) + " " + num(std::get<1>(s.betas())) +
+                " eps " + num(s.eps()) + " weight_decay " + num(s.weight_decay()) + " amsgrad " + flag(s.amsgrad());
+       }},
+      {"AdamW", [](auto p) { return std::make_unique<AdamW>(p, AdamWOptions(0.01).amsgrad(true)); },
+       [](auto& o) { static_cast<AdamWOptions&>(o).lr(0.0005).betas({0.7, 0.9}).eps(1e-7).weight_decay(0.2).amsgrad(false); },
+       [&](const auto& o) {
+         const auto& s = static_cast<const AdamWOptions&>(o);
+         return "lr " + num(s.lr()) + " betas " + num(std::get<0>(s.betas())) + " " + num(std::get<1>(s.betas())) +
+                " eps " + num(s.eps()) + " weight_decay " + num(s.weight_decay()) + " amsgrad " + flag(s.amsgrad());
+       }},
+      {"RMSprop", [](auto p) { return std::make_unique<RMSprop>(p, RMSpropOptions(0.01).momentum(0.3).centered(true)); },
+       [](auto& o) { static_cast<RMSpropOptions&>(o).lr(0.002).alpha(0.9).eps(1e-5).weight_decay(0.01).momentum(0.1).centered(false); },
+       [&](const auto& o) {
+         const auto& s = static_cast<const RMSpropOptions&>(o);
+         return "lr " + num(s.lr()) + " alpha " + num(s.alpha()) + " eps " + num(s.eps()) + " weight_decay " +
+                num(s.weight_decay()) + " momentum " + num(s.momentum()) + " centered " + flag(s.centered());
+       }},
+      {"Adagrad", [](auto p) { return std::make_unique<Adagrad>(p, AdagradOptions(0.1)); },
+       [](auto& o) { static_cast<AdagradOptions&>(o).lr(0.004).lr_decay(0.01).weight_decay(0.05).eps(1e-9); },
+       [&](const auto& o) {
+         const auto& s = static_cast<const AdagradOptions&>(o);
+         return "lr " + num(s.lr()) + " lr_decay " + num(s.lr_decay()) + " weight_decay " + num(s.weight_decay()) +
+                " initial_accumulator_value " + num(s.initial_accumulator_value()) + " eps " + num(s.eps());
+       }},
+  };
+  for (const auto& c : cases) {
+    INFO(c.name);
+    torch::manual_seed(3);
+    torch::nn::Linear m(3, 2);
+    auto opt = c.make(m->parameters());
+    set_grads(m, 0);
+    opt->step();
+    c.change(opt->param_groups()[0].options());
+    const auto saved = c.show(opt->param_groups()[0].options());
+    const auto dir = write_optimizer_checkpoint(box.run(c.name), *opt, *m);
+    auto ck = dtrain::checkpointer::Checkpoint::open(dir);
+    REQUIRE(ck);
+
+    // LibTorch's own load keeps the constructor's options: what the checkpoint's load repairs.
+    auto plain = c.make(m->parameters());
+    const auto built = c.show(plain->param_groups()[0].options());
+    torch::serialize::InputArchive archive;
+    archive.load_from((dir / "optimizer.pt").string());
+    plain->load(archive);
+    CHECK(c.show(plain->param_groups()[0].options()) == built);
+
+    auto fresh = c.make(m->parameters());
+    ck->load_optimizer(*fresh);
+    CHECK(c.show(fresh->param_groups()[0].options()) == saved);
+    // Both step alike from here: the state and the options came back.
+    set_grads(m, 1);
+    auto before = flat_values(m->parameters());
+    opt->step();
+    const auto want = flat_values(m->parameters());
+    {
+      torch::NoGradGuard no_grad;
+      std::size_t i = 0;
+      for (auto& p : m->parameters()) {
+        auto flat = p.view(-1);
+        for (std::int64_t k = 0; k < flat.numel(); ++k) flat[k] = before[i++];
+      }
+    }
+    fresh->step();
+    CHECK(flat_values(m->parameters()) == want);
+
+    // Python's optimizer_state.pt carries the same options.
+    const std::string script = python_load_state +
+        "import sys\n"
+        "g = load_state(sys.argv[1])[\"param_groups\"][0]\n"
+        "keys = [k for k in g if k != \"params\"]\n"
+        "f = lambda v: repr(v) if isinstance(v, bool) else \"%.17g\" % v\n"
+        "print(\" \".join(k + \" \" + \" \".join(f(v) for v in (g[k] if isinstance(g[k], tuple) else [g[k]])) for k in keys))\n";
+    const auto py = python(script, {(dir / "optimizer_state.pt").string()});
+    INFO(py.output);
+    REQUIRE(py.status == 0);
+    CHECK(py.output == saved + "\n");
+  }
+}
+
 
 TEST_CASE("a scheduler object and a vocabulary file round-trip through a kill-and-resume, bitwise equal") {
   Sandbox box;

@@ -28,6 +28,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -37,6 +38,7 @@
 #include <torch/types.h>
 
 #include <dtrain/checkpointer/files.hpp>
+#include <dtrain/checkpointer/optimizer_options.hpp>
 #include <dtrain/error.hpp>
 #include <dtrain/metrics.hpp>
 #include <dtrain/run_directory.hpp>
@@ -181,7 +183,8 @@ class Checkpoint {
   }
 
   /// Loads the saved optimizer state (saved whole, by strategy::ddp<>) into `optimizer`, built
-  /// over the same parameters.
+  /// over the same parameters: the per-parameter state and every param group's options (lr,
+  /// momentum, betas, weight decay, ...), which LibTorch's own optimizer.load() leaves as built.
   template <class Optimizer>
   void load_optimizer(Optimizer& optimizer) const {
     refuse_in_worker("load_optimizer(optimizer)");
@@ -244,6 +247,9 @@ class Checkpoint {
     torch::serialize::InputArchive archive;
     archive.load_from(file.string());
     optimizer.load(archive);
+    // LibTorch's load drops the saved param-group options (lr, momentum, betas, ...): set them.
+    if constexpr (std::is_base_of_v<torch::optim::Optimizer, Optimizer>)
+      detail::restore_group_options(optimizer, archive, file.string());
   }
 
   /// Rank `rank`'s default CPU generator as saved; a no-op when the checkpoint was saved by a
