@@ -75,6 +75,8 @@ class Predictions {
 /// `with_object(labels, ...)`. A text becomes the batch fields `ids` (padded) and `mask`, which the
 /// model's `forward(const data::Fields&)` receives; the encoder's classes name the predictions.
 struct TextInputs {
+  // Not an aggregate: a braced list of class names still means from_checkpoint's class names.
+  explicit TextInputs() = default;
   std::string vocabulary = "vocab";
   std::string labels = "labels";
   std::string ids = "input_ids";
@@ -134,7 +136,7 @@ class Predictor {
   /// takes raw strings, and the predictions carry the label encoder's class names.
   static Predictor from_checkpoint(const std::filesystem::path& checkpoint_dir, Model model, const TextInputs& text,
                                    torch::Device device = torch::kCPU) {
-    auto p = from_checkpoint(checkpoint_dir, std::move(model), {}, device);
+    auto p = from_checkpoint(checkpoint_dir, std::move(model), std::vector<std::string>{}, device);
     const auto ck = checkpointer::Checkpoint::open(checkpoint_dir);  // verified by the call above
     data::WordVocabulary vocabulary;
     data::LabelEncoder labels;
