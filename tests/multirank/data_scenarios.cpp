@@ -4,7 +4,7 @@
 //
 //   data_scenarios validate --workers N --strategy ddp|fsdp
 //       trains 3 steps with ctx.forward(model, ids, mask) (two tensors), then validates a fixed
-//       model on 101 samples (ranks get different batch counts) with evaluation::validate;
+//       model on 97 samples (ranks get different batch counts) with evaluation::validate;
 //       prints RESULT loss= accuracy= samples= trained_loss=
 //   data_scenarios pipeline --workers N --loader-threads T --steps K --every E [--kill-step S] --out FILE
 //       trains through a data::Pipelined with random transforms (map with the sample's generator,
@@ -96,6 +96,8 @@ template <class Strategy>
 int validate(const Args& a) {
   TokenTrainer<Strategy> trainer({.num_workers = a.workers}, {.storage_path = a.storage, .name = "validate_" + a.strategy});
   const Tokens data;
+  // 97 samples, 12 a global batch: on 2 workers the ranks get 9 and 8 batches, on 3 9, 8 and 8.
+  const Tokens held_out{97};
   auto result = trainer.fit([&](auto& ctx) {
     torch::manual_seed(1);
     auto trained = ctx.prepare_model(Bag());
@@ -114,7 +116,7 @@ int validate(const Args& a) {
     fixed->eval();
     d::evaluation::ConfusionMatrix cm(kClasses);
     const auto v = d::evaluation::validate(
-        ctx, data, 12,
+        ctx, held_out, 12,
         [&](const d::data::Fields& b) {
           return d::evaluation::Scored{ctx.forward(fixed, b["ids"], b["mask"]), b["label"]};
         },

@@ -10,6 +10,7 @@
 
 #include <torch/nn/functional/loss.h>
 #include <torch/types.h>
+#include <torch/utils.h>
 
 #include <dtrain/collective.hpp>
 #include <dtrain/data/dataset.hpp>
