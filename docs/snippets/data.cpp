@@ -119,7 +119,7 @@ int text() {
 
 }  // namespace
 
-int data(const std::string& block) {
+int data_page(const std::string& block) {
   if (block == "text") return text();
   std::cerr << "snippets data: no block " << block << "; the block is text\n";
   return 2;

@@ -372,6 +372,16 @@ TEST_CASE("pipeline: any loader thread count gives the same batches in the same 
     REQUIRE(got.size() == reference.size());
     for (std::size_t i = 0; i < got.size(); ++i) CHECK(same(got[i], reference[i]));
   }
+  // Through the prefetcher (the GPU backends' path), which takes the loader's range as any range.
+  {
+    auto ds = d::data::pipelined(Numbers{50}, numbers_pipeline(), {.loader_threads = 2, .seed = 11});
+    std::vector<std::int64_t> order(50);
+    for (std::int64_t i = 0; i < 50; ++i) order[static_cast<std::size_t>(i)] = (i * 17) % 50;
+    std::size_t k = 0;
+    for (const auto& b : d::data::prefetch(d::data::batches(ds, order, 4, 0, {}, 2), d::data::no_transfer{}))
+      CHECK(same(b, reference.at(k++)));
+    CHECK(k == reference.size());
+  }
   // A resumed epoch (from batch 5) gets the batches the uninterrupted one had there.
   const auto resumed = all_batches(3, 2, 5);
   REQUIRE(resumed.size() == 8);
