@@ -200,6 +200,7 @@ int main(int argc, char** argv) {
   const std::string doc = argc > 1 ? argv[1] : "", block = argc > 2 ? argv[2] : "";
   if (doc == "guide") return snippets::guide(block);
   if (doc == "checkpoints") return snippets::checkpoints(block);
-  std::cerr << "usage: snippets guide|checkpoints <block>\n";
+  if (doc == "data") return snippets::data_page(block);
+  std::cerr << "usage: snippets guide|checkpoints|data <block>\n";
   return 2;
 }

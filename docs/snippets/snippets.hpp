@@ -49,5 +49,6 @@ inline void fresh_directory(const std::filesystem::path& dir) {
 
 int guide(const std::string& block);
 int checkpoints(const std::string& block);
+int data_page(const std::string& block);
 
 }  // namespace snippets

@@ -84,7 +84,7 @@ auto Context<Policies>::shard(const Split& split, std::int64_t global_batch, Sam
       if (!prefetching) cursor_.reached(b);  // prefetching counts batches handed out instead
       meter_.add_samples(len * world);
     };
-  auto view = data::batches(split, std::move(order), batch_size, first, std::move(observe));
+  auto view = data::batches(split, std::move(order), batch_size, first, std::move(observe), cursor_.epoch());
   if constexpr (prefetching) {
     // On a GPU backend the next batch moves to the device while this one trains; the position
     // counts the batches handed to the loop, not the one read ahead.

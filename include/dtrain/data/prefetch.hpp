@@ -7,6 +7,7 @@
 #include <iterator>
 #include <memory>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
 #include <range/v3/range/access.hpp>
@@ -27,24 +28,37 @@ namespace data {
 
 /// A Transfer moves a batch to a device in two halves: start(batch) begins the move and returns
 /// a pending value; finish(pending) makes the batch usable by the caller's stream and returns it.
-/// Between the two the train loop works on the previous batch.
-template <class T>
-concept Transfer = requires(T& t, Batch b) {
-  { t.finish(t.start(std::move(b))) } -> std::convertible_to<Batch>;
+/// Between the two the train loop works on the previous batch. `B` is the batch type (data::Batch,
+/// data::Fields, any BatchType).
+template <class T, class B = Batch>
+concept Transfer = requires(T& t, B b) {
+  { t.finish(t.start(std::move(b))) } -> std::convertible_to<B>;
 };
 
 /// The CPU's Transfer: batches stay where they are.
 struct no_transfer {
-  Batch start(Batch b) const { return b; }
-  Batch finish(Batch b) const { return b; }
+  template <BatchType B>
+  B start(B b) const {
+    return b;
+  }
+  template <BatchType B>
+  B finish(B b) const {
+    return b;
+  }
 };
+
+/// The batch type a range of batches yields.
+template <class Range>
+using range_batch = std::remove_cvref_t<decltype(*ranges::begin(std::declval<Range&>()))>;
 
 /// The batches of `Range` in order, one transfer ahead: when batch i is handed out, batch i+1 has
 /// been produced and its transfer started. `on_yield` (optional) runs each time a batch is handed
 /// out, so that whoever counts consumed batches (the sampler position a checkpoint saves) counts
 /// those the loop received, not those the prefetcher read ahead.
-template <class Range, Transfer Xfer>
+template <class Range, Transfer<range_batch<Range>> Xfer>
 class prefetched {
+  using batch_type = range_batch<Range>;
+
  public:
   prefetched(Range range, Xfer transfer, std::function<void()> on_yield = {})
       : range_(std::move(range)), transfer_(std::move(transfer)), on_yield_(std::move(on_yield)) {}
@@ -52,10 +66,10 @@ class prefetched {
   class iterator {
     using inner = decltype(ranges::begin(std::declval<Range&>()));
     using inner_end = decltype(ranges::end(std::declval<Range&>()));
-    using pending = decltype(std::declval<Xfer&>().start(std::declval<Batch>()));
+    using pending = decltype(std::declval<Xfer&>().start(std::declval<batch_type>()));
 
    public:
-    using value_type = Batch;
+    using value_type = batch_type;
     using difference_type = std::ptrdiff_t;
     using iterator_concept = std::input_iterator_tag;
     using iterator_category = std::input_iterator_tag;
@@ -68,7 +82,7 @@ class prefetched {
     iterator(iterator&&) = default;
     iterator& operator=(iterator&&) = default;
 
-    const Batch& operator*() const { return *current_; }
+    const batch_type& operator*() const { return *current_; }
     iterator& operator++() {
       advance();
       return *this;
@@ -79,7 +93,7 @@ class prefetched {
    private:
     void start_next() {
       if (*it_ == *end_) return;
-      next_.emplace(p_->transfer_.start(Batch(**it_)));
+      next_.emplace(p_->transfer_.start(batch_type(**it_)));
       ++*it_;
     }
     void advance() {
@@ -97,7 +111,7 @@ class prefetched {
     std::optional<inner> it_;
     std::optional<inner_end> end_;
     std::optional<pending> next_;
-    std::optional<Batch> current_;
+    std::optional<batch_type> current_;
 
     friend class prefetched;
   };
@@ -112,7 +126,7 @@ class prefetched {
 };
 
 /// `range`'s batches, each moved by `transfer` one batch ahead of use.
-template <class Range, Transfer Xfer>
+template <class Range, Transfer<range_batch<Range>> Xfer>
 prefetched<Range, Xfer> prefetch(Range range, Xfer transfer, std::function<void()> on_yield = {}) {
   return {std::move(range), std::move(transfer), std::move(on_yield)};
 }
@@ -126,26 +140,31 @@ class cuda_transfer {
   explicit cuda_transfer(torch::Device device)
       : device_(device), copy_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())) {}
 
+  template <BatchType B>
   struct pending {
-    Batch batch;
+    B batch;
     std::shared_ptr<dtrain::detail::cuda_event> ready;
   };
 
-  pending start(Batch b) {
+  template <BatchType B>
+  pending<B> start(B b) {
     c10::cuda::CUDAGuard on_device(device_);
     c10::cuda::CUDAStreamGuard on_copy_stream(copy_);
-    pending p{{to_device(b.data), to_device(b.target)}, std::make_shared<dtrain::detail::cuda_event>()};
+    data::detail::each_tensor(b, [&](torch::Tensor& t) { t = to_device(t); });
+    pending<B> p{std::move(b), std::make_shared<dtrain::detail::cuda_event>()};
     p.ready->record(copy_);
     return p;
   }
 
-  Batch finish(pending p) {
+  template <BatchType B>
+  B finish(pending<B> p) {
     const auto compute = c10::cuda::getCurrentCUDAStream(device_.index());
     p.ready->block(compute);
     // Allocated on the copy stream, used on the compute stream: the caching allocator must not
     // give the memory to the copy stream again before the compute stream is done with it.
-    for (const auto* t : {&p.batch.data, &p.batch.target})
-      if (t->defined() && t->is_cuda()) c10::cuda::CUDACachingAllocator::recordStream(t->storage().data_ptr(), compute);
+    data::detail::each_tensor(p.batch, [&](torch::Tensor& t) {
+      if (t.defined() && t.is_cuda()) c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), compute);
+    });
     return std::move(p.batch);
   }
 

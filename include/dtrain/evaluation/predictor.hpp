@@ -19,7 +19,10 @@
 #include <dtrain/checkpointer/checkpoint.hpp>
 #include <dtrain/checkpointer/directory.hpp>
 #include <dtrain/config.hpp>
+#include <dtrain/data/collate.hpp>
 #include <dtrain/data/dataset.hpp>
+#include <dtrain/data/fields.hpp>
+#include <dtrain/data/preprocess.hpp>
 #include <dtrain/error.hpp>
 #include <dtrain/evaluation/classification.hpp>
 #include <dtrain/sampler/sequential.hpp>
@@ -65,6 +68,19 @@ class Predictions {
  private:
   torch::Tensor probabilities_;
   std::vector<std::string> names_;
+};
+
+/// Which checkpoint objects turn raw text into a model's batch, for Predictor::from_checkpoint: a
+/// data::WordVocabulary and a data::LabelEncoder saved with `with_object(vocabulary, ...)` and
+/// `with_object(labels, ...)`. A text becomes the batch fields `ids` (padded) and `mask`, which the
+/// model's `forward(const data::Fields&)` receives; the encoder's classes name the predictions.
+struct TextInputs {
+  // Not an aggregate: a braced list of class names still means from_checkpoint's class names.
+  explicit TextInputs() = default;
+  std::string vocabulary = "vocab";
+  std::string labels = "labels";
+  std::string ids = "input_ids";
+  std::string mask = "attention_mask";
 };
 
 /// A model in evaluation mode that turns inputs into class probabilities. `Model` is a module
@@ -115,6 +131,35 @@ class Predictor {
     return Predictor(std::move(model), std::move(class_names), device);
   }
 
+  /// Loads checkpoint directory `checkpoint_dir` into `model` with the preprocessors that `text`
+  /// names (restored from the checkpoint's objects, covered by its manifest): predict(texts) then
+  /// takes raw strings, and the predictions carry the label encoder's class names.
+  static Predictor from_checkpoint(const std::filesystem::path& checkpoint_dir, Model model, const TextInputs& text,
+                                   torch::Device device = torch::kCPU) {
+    auto p = from_checkpoint(checkpoint_dir, std::move(model), std::vector<std::string>{}, device);
+    const auto ck = checkpointer::Checkpoint::open(checkpoint_dir);  // verified by the call above
+    data::WordVocabulary vocabulary;
+    data::LabelEncoder labels;
+    ck->load_object(text.vocabulary, vocabulary);
+    ck->load_object(text.labels, labels);
+    p.names_ = labels.classes();
+    p.text_ = text;
+    p.vocabulary_ = std::move(vocabulary);
+    p.has_text_ = true;
+    return p;
+  }
+
+  /// The predictions for raw texts, through the vocabulary restored by from_checkpoint(dir,
+  /// model, TextInputs{...}).
+  Predictions predict(const std::vector<std::string>& texts) {
+    if (!has_text_)
+      throw ConfigError("Predictor::predict(texts): this predictor has no tokenizer; load it with "
+                        "Predictor::from_checkpoint(dir, model, dtrain::evaluation::TextInputs{...})");
+    std::vector<data::Fields> samples;
+    for (const auto& t : texts) samples.push_back(data::Fields{{text_.ids, vocabulary_.transform(t)}});
+    return predict(data::pad_to_longest(text_.ids, data::WordVocabulary::pad_id, text_.mask)(samples));
+  }
+
   /// Loads the best valid checkpoint of run directory `run_dir` by `config` (score_attribute and
   /// score_order, as the run's RunConfig::checkpoint). Throws ConfigError when the directory does
   /// not exist or holds no valid checkpoint.
@@ -144,8 +189,8 @@ class Predictor {
     const auto n = static_cast<std::int64_t>(data.size());
     for (std::int64_t begin = 0; begin < n; begin += batch) {
       const auto b = data.get_batch(torch::arange(begin, std::min(n, begin + batch), torch::kInt64));
-      parts.push_back(probabilities(b.data));
-      if (cm) cm->update(parts.back(), b.target);
+      parts.push_back(probabilities_of(b));
+      if (cm) cm->update(parts.back(), target_of(b));
     }
     return {parts.empty() ? torch::empty({0, 0}) : torch::cat(parts), names_for(num_classes_)};
   }
@@ -157,9 +202,9 @@ class Predictor {
   template <class Context, data::RandomAccess Dataset>
   Predictions predict(Context& ctx, const Dataset& data, std::int64_t global_batch, ConfusionMatrix* cm = nullptr) {
     std::vector<torch::Tensor> parts;
-    for (auto b : ctx.shard(data, global_batch, sampler::sequential{})) {
-      parts.push_back(probabilities(b.data));
-      if (cm) cm->update(parts.back(), b.target);
+    for (const auto& b : ctx.shard(data, global_batch, sampler::sequential{})) {
+      parts.push_back(probabilities_of(b));
+      if (cm) cm->update(parts.back(), target_of(b));
     }
     // Ranks agree on the class count even when one of them had no sample.
     const auto classes = static_cast<std::int64_t>(
@@ -181,9 +226,26 @@ class Predictor {
     return {torch::cat(gathered), names_for(classes)};
   }
 
+  /// A batch of named fields (data::Fields) goes to the model whole, `model->forward(fields)`;
+  /// its targets, for a ConfusionMatrix, are this field (default "label").
+  Predictor& label_field(std::string name) {
+    label_field_ = std::move(name);
+    return *this;
+  }
+  /// The predictions for a batch of named fields: `model->forward(fields)` gives the scores.
+  Predictions predict(const data::Fields& fields) { return {probabilities_of(fields), names_for(num_classes_)}; }
+
   Model& model() { return model_; }
 
  private:
+  torch::Tensor probabilities_of(const data::Batch& b) { return probabilities(b.data); }
+  torch::Tensor probabilities_of(const data::Fields& b) {
+    torch::NoGradGuard no_grad;
+    return to_probabilities(model_->forward(b.to(device_)));
+  }
+  const torch::Tensor& target_of(const data::Batch& b) const { return b.target; }
+  const torch::Tensor& target_of(const data::Fields& b) const { return b.at(label_field_); }
+
   torch::nn::Module& module() {
     if constexpr (std::is_base_of_v<torch::nn::Module, Model>) return model_;
     else return static_cast<torch::nn::Module&>(*model_);
@@ -191,7 +253,10 @@ class Predictor {
 
   torch::Tensor probabilities(const torch::Tensor& inputs) {
     torch::NoGradGuard no_grad;
-    auto scores = model_->forward(inputs.to(device_));
+    return to_probabilities(model_->forward(inputs.to(device_)));
+  }
+
+  torch::Tensor to_probabilities(const torch::Tensor& scores) {
     if (scores.dim() != 2)
       throw ConfigError("Predictor: the model gives scores of shape " + c10::str(scores.sizes()) +
                         " for a batch; a classifier gives [batch, classes]");
@@ -213,6 +278,10 @@ class Predictor {
   std::vector<std::string> names_;
   torch::Device device_;
   std::optional<std::int64_t> num_classes_;
+  std::string label_field_ = "label";
+  bool has_text_ = false;
+  TextInputs text_;
+  data::WordVocabulary vocabulary_;
 };
 
 /// The names of `names` (an array of string_view, such as data::FashionMnist::class_names) as

@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: Apache-2.0
+// docs/data.md's C++ blocks: a CSV of texts and tags, split, preprocessed, trained on by 2 workers
+// through a pipeline, validated, checkpointed with its preprocessors, and predicted from raw
+// strings. `snippets data text` runs them.
+
+#include "snippets.hpp"
+
+#include <dtrain/data/collate.hpp>
+#include <dtrain/data/csv.hpp>
+#include <dtrain/data/pipeline.hpp>
+#include <dtrain/data/preprocess.hpp>
+#include <dtrain/data/splits.hpp>
+#include <dtrain/evaluation/validation.hpp>
+
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+namespace snippets {
+namespace {
+
+// A small corpus: two tags whose descriptions use different words.
+void write_corpus(const std::string& path) {
+  std::ofstream out(path);
+  out << "id,title,description,tag\n";
+  const std::vector<std::string> admin = {"disk", "partition", "backup", "user", "quota", "log"};
+  const std::vector<std::string> net = {"network", "proxy", "dns", "socket", "http", "packet"};
+  for (int i = 0; i < 200; ++i) {
+    const auto& words = i % 2 ? net : admin;
+    out << i << ",tool" << i << ",\"" << words[i % 6] << ", " << words[(i / 2) % 6] << " and \"\"" << words[(i / 3) % 6]
+        << "\"\"\"," << (i % 2 ? "net" : "admin") << "\n";
+  }
+}
+
+// [model]
+// Token ids and their mask in, class scores out: the mean of the unpadded tokens' embeddings.
+struct BagImpl : torch::nn::Module {
+  BagImpl(std::int64_t vocab, std::int64_t classes)
+      : emb(register_module("emb", torch::nn::Embedding(vocab, 32))), fc(register_module("fc", torch::nn::Linear(32, classes))) {}
+  torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& mask) {
+    const auto keep = mask.unsqueeze(-1).to(torch::kFloat32);
+    return fc((emb(ids) * keep).sum(1) / keep.sum(1).clamp_min(1));
+  }
+  // The Predictor hands a model the batch's fields.
+  torch::Tensor forward(const dtrain::data::Fields& b) { return forward(b["input_ids"], b["attention_mask"]); }
+  torch::nn::Embedding emb;
+  torch::nn::Linear fc;
+};
+TORCH_MODULE(Bag);
+// [model]
+
+int text() {
+  fresh_directory("data_text");
+  write_corpus("dataset.csv");
+  // [text]
+  namespace data = dtrain::data;
+  const data::CsvSource corpus("dataset.csv", {.types = {{"id", data::column_type::integer}}});
+  std::vector<std::string> texts, tags;  // one pass over the file to split and fit
+  for (std::int64_t i = 0; i < corpus.size(); ++i) {
+    const auto row = corpus.row(i);
+    texts.push_back(row.text("title") + " " + row.text("description"));
+    tags.push_back(row.text("tag"));
+  }
+  const auto split = data::stratified_split(tags, /*validation=*/0.2, /*test=*/0.0, /*seed=*/0);
+  std::vector<std::string> train_texts, train_tags;
+  for (auto i : split.train) {
+    train_texts.push_back(texts[i]);
+    train_tags.push_back(tags[i]);
+  }
+  const auto vocab = data::WordVocabulary::fit(train_texts, /*max_words=*/20000, /*max_len=*/128);
+  const auto labels = data::LabelEncoder::fit(train_tags);
+
+  // Rows become named tensors on loader threads; batches are padded to their longest text.
+  auto encode = data::map([&](const data::Row& row) {
+                  return data::Fields{{"input_ids", vocab.transform(row.text("title") + " " + row.text("description"))},
+                                      {"label", torch::tensor(labels.transform(row.text("tag")))}};
+                }) |
+                data::collate(data::pad_to_longest("input_ids"));  // adds "attention_mask"
+  const auto train = data::pipelined(data::Subset(corpus, split.train), encode, {.loader_threads = 2});
+  const auto val = data::pipelined(data::Subset(corpus, split.validation), encode, {.loader_threads = 2});
+
+  using Trainer = dtrain::Trainer<Bag, std::decay_t<decltype(train)>, dtrain::checkpointer::directory<>>;
+  dtrain::RunConfig run{.storage_path = "runs", .name = "tags"};
+  run.checkpoint = {.num_to_keep = 1, .score_attribute = "val_loss", .score_order = dtrain::ScoreOrder::min};
+  Trainer trainer({.num_workers = 2}, run);
+  auto result = trainer.fit([&](Trainer::context& ctx) {
+    auto model = ctx.prepare_model(Bag(vocab.size(), labels.size()));
+    torch::optim::Adam opt(ctx.parameters(model), 1e-2);
+    if (auto ck = ctx.get_checkpoint()) ctx.restore(*ck, model, opt);
+    for (auto epoch : ctx.epochs(4)) {
+      model->train();
+      for (const auto& b : ctx.shard(train, 32)) {
+        opt.zero_grad();
+        auto logits = ctx.forward(model, b["input_ids"], b["attention_mask"]);
+        ctx.backward(torch::nn::functional::cross_entropy(logits, b["label"]));
+        ctx.step(opt);
+      }
+      model->eval();
+      const auto v = dtrain::evaluation::validate(ctx, val, 32, [&](const data::Fields& b) {
+        return dtrain::evaluation::Scored{ctx.forward(model, b["input_ids"], b["attention_mask"]), b["label"]};
+      });  // float64 sums over the ranks: the same numbers on any worker count
+      ctx.report({{"epoch", epoch}, {"val_loss", v.loss}, {"val_accuracy", v.accuracy}},
+                 ctx.checkpoint(model, opt).with_object("vocab", vocab).with_object("labels", labels));
+    }
+  });
+
+  // The best checkpoint brings its vocabulary and label names: raw strings in, tags out.
+  using Predictor = dtrain::evaluation::Predictor<Bag>;
+  auto predictor = Predictor::from_checkpoint(result.best_checkpoint()->path(), Bag(vocab.size(), labels.size()),
+                                              dtrain::evaluation::TextInputs{});
+  const auto p = predictor.predict(std::vector<std::string>{"a dns proxy", "disk quota and backup"});
+  // p[0].label == "net", p[1].label == "admin"
+  // [text]
+  std::cout << "data: val_accuracy " << result.metrics.at("val_accuracy").number() << ", predicted " << p[0].label
+            << " and " << p[1].label << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int data_page(const std::string& block) {
+  if (block == "text") return text();
+  std::cerr << "snippets data: no block " << block << "; the block is text\n";
+  return 2;
+}
+
+}  // namespace snippets

@@ -1,0 +1,239 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Preprocessors fitted on the training split and saved with every checkpoint: LabelEncoder (class
+// names <-> ids), StandardScaler (per-feature mean and deviation) and WordVocabulary (a word-level
+// tokenizer). Each has fit / transform / save(OutputArchive) / load(InputArchive), so
+// `snapshot.with_object("vocab", vocab)` and `ck.load_object("vocab", vocab)` carry it.
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/serialize/archive.h>
+#include <torch/types.h>
+
+#include <dtrain/error.hpp>
+
+DTRAIN_NAMESPACE_BEGIN
+
+namespace data {
+
+namespace detail {
+// A preprocessor's state as JSON text in one archive entry, readable with any JSON tool.
+inline void write_json(torch::serialize::OutputArchive& a, const char* kind, const nlohmann::json& j) {
+  a.write("kind", c10::IValue(std::string(kind)));
+  a.write("state", c10::IValue(j.dump()));
+}
+inline nlohmann::json read_json(torch::serialize::InputArchive& a, const char* kind) {
+  c10::IValue k, s;
+  a.read("kind", k);
+  a.read("state", s);
+  if (!k.isString() || k.toStringRef() != kind)
+    throw DataError(std::string("this object holds a ") + (k.isString() ? k.toStringRef() : "non-preprocessor") +
+                    ", not a " + kind + "; load it into the type it was saved from");
+  return nlohmann::json::parse(s.toStringRef());
+}
+}  // namespace detail
+
+/// Class names <-> ids 0..K-1, the names sorted (so every rank and every run agree).
+class LabelEncoder {
+ public:
+  LabelEncoder() = default;
+
+  /// The distinct names of `labels` (the training split's), sorted.
+  template <class Range>
+  static LabelEncoder fit(const Range& labels) {
+    LabelEncoder e;
+    std::map<std::string, int> seen;
+    for (const auto& l : labels) seen.emplace(std::string(l), 0);
+    for (const auto& [name, unused] : seen) e.classes_.push_back(name);
+    e.reindex();
+    return e;
+  }
+
+  std::int64_t size() const { return static_cast<std::int64_t>(classes_.size()); }
+  const std::vector<std::string>& classes() const { return classes_; }
+  bool contains(const std::string& name) const { return ids_.count(name) > 0; }
+
+  /// The id of `name`; DataError naming the known classes when it was not seen in fit.
+  std::int64_t transform(const std::string& name) const {
+    const auto it = ids_.find(name);
+    if (it == ids_.end()) {
+      std::string known;
+      for (std::size_t i = 0; i < classes_.size() && i < 20; ++i) known += (i ? ", " : "") + classes_[i];
+      throw DataError("LabelEncoder: class \"" + name + "\" was not in the training split (known: " + known +
+                      (classes_.size() > 20 ? ", ..." : "") + "); drop such rows with data::filter or refit");
+    }
+    return it->second;
+  }
+  const std::string& inverse(std::int64_t id) const {
+    if (id < 0 || id >= size())
+      throw DataError("LabelEncoder: id " + std::to_string(id) + " is outside [0, " + std::to_string(size()) + ")");
+    return classes_[static_cast<std::size_t>(id)];
+  }
+
+  void save(torch::serialize::OutputArchive& a) const { detail::write_json(a, "LabelEncoder", classes_); }
+  void load(torch::serialize::InputArchive& a) {
+    classes_ = detail::read_json(a, "LabelEncoder").get<std::vector<std::string>>();
+    reindex();
+  }
+
+ private:
+  void reindex() {
+    ids_.clear();
+    for (std::size_t i = 0; i < classes_.size(); ++i) ids_.emplace(classes_[i], static_cast<std::int64_t>(i));
+  }
+  std::vector<std::string> classes_;
+  std::unordered_map<std::string, std::int64_t> ids_;
+};
+
+/// Per-feature standardisation: (x - mean) / std, with the mean and the population standard
+/// deviation of the training split (a feature with std 0 is only centred).
+class StandardScaler {
+ public:
+  /// Fits on `x` [N, F] (float).
+  static StandardScaler fit(const torch::Tensor& x) {
+    if (x.dim() != 2 || x.size(0) == 0)
+      throw DataError("StandardScaler::fit: expects [samples, features] with at least one sample, got shape " +
+                      c10::str(x.sizes()));
+    StandardScaler s;
+    const auto d = x.to(torch::kFloat64);
+    s.mean_ = d.mean(0);
+    auto sd = d.std(0, /*unbiased=*/false);
+    s.std_ = torch::where(sd > 0, sd, torch::ones_like(sd));
+    return s;
+  }
+  torch::Tensor transform(const torch::Tensor& x) const {
+    if (!mean_.defined()) throw DataError("StandardScaler: transform before fit (or load)");
+    if (x.size(-1) != mean_.size(0))
+      throw DataError("StandardScaler: fitted on " + std::to_string(mean_.size(0)) + " features, given " +
+                      std::to_string(x.size(-1)));
+    return ((x.to(torch::kFloat64) - mean_) / std_).to(x.scalar_type());
+  }
+  torch::Tensor inverse(const torch::Tensor& z) const {
+    return (z.to(torch::kFloat64) * std_ + mean_).to(z.scalar_type());
+  }
+  const torch::Tensor& mean() const { return mean_; }
+  const torch::Tensor& stddev() const { return std_; }
+
+  void save(torch::serialize::OutputArchive& a) const {
+    a.write("kind", c10::IValue(std::string("StandardScaler")));
+    a.write("mean", mean_);
+    a.write("std", std_);
+  }
+  void load(torch::serialize::InputArchive& a) {
+    c10::IValue k;
+    a.read("kind", k);
+    if (!k.isString() || k.toStringRef() != "StandardScaler")
+      throw DataError("this object is not a StandardScaler; load it into the type it was saved from");
+    a.read("mean", mean_);
+    a.read("std", std_);
+  }
+
+ private:
+  torch::Tensor mean_, std_;
+};
+
+/// A word-level tokenizer: the text lower-cased, split into runs of [a-z0-9] (Python's
+/// re.findall(r"[a-z0-9]+", text.lower())), cut to `max_len` tokens; the vocabulary is the
+/// `max_words` most frequent training tokens, ties broken by the word, after <pad> = 0 and <unk> = 1.
+/// Exactly the tokenizer of ../shared/peers/text_peer.py.
+class WordVocabulary {
+ public:
+  static constexpr std::int64_t pad_id = 0, unk_id = 1;
+
+  /// The tokens of `text`: ASCII letters lower-cased, and the two non-ASCII letters whose Python
+  /// lower() is ASCII (U+0130 -> "i" and a combining dot, U+212A Kelvin -> "k") likewise.
+  static std::vector<std::string> tokens(std::string_view text, std::int64_t max_len = 0) {
+    std::vector<std::string> out;
+    std::string cur;
+    auto flush = [&] {
+      if (!cur.empty() && (max_len <= 0 || static_cast<std::int64_t>(out.size()) < max_len)) out.push_back(cur);
+      cur.clear();
+    };
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      const auto c = static_cast<unsigned char>(text[i]);
+      if (c >= 'A' && c <= 'Z') cur += static_cast<char>(c - 'A' + 'a');
+      else if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) cur += static_cast<char>(c);
+      else if (c == 0xC4 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) == 0xB0) {
+        cur += 'i';  // "i" + U+0307: the combining dot ends the token
+        flush();
+        ++i;
+      } else if (c == 0xE2 && i + 2 < text.size() && static_cast<unsigned char>(text[i + 1]) == 0x84 &&
+                 static_cast<unsigned char>(text[i + 2]) == 0xAA) {
+        cur += 'k';
+        i += 2;
+      } else {
+        flush();
+      }
+      if (max_len > 0 && static_cast<std::int64_t>(out.size()) >= max_len) return out;
+    }
+    flush();
+    return out;
+  }
+
+  /// The vocabulary of `texts` (the training split's).
+  template <class Range>
+  static WordVocabulary fit(const Range& texts, std::int64_t max_words, std::int64_t max_len = 0) {
+    if (max_words < 0) throw DataError("WordVocabulary::fit: max_words must be 0 or more");
+    std::unordered_map<std::string, std::int64_t> counts;
+    for (const auto& t : texts)
+      for (auto& tok : tokens(std::string_view(t), max_len)) ++counts[std::move(tok)];
+    std::vector<std::pair<std::string, std::int64_t>> ranked(counts.begin(), counts.end());
+    const auto keep = std::min<std::size_t>(ranked.size(), static_cast<std::size_t>(max_words));
+    auto by_count = [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; };
+    std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(keep), ranked.end(), by_count);
+    WordVocabulary v;
+    v.max_len_ = max_len;
+    for (std::size_t i = 0; i < keep; ++i) v.words_.push_back(std::move(ranked[i].first));
+    v.reindex();
+    return v;
+  }
+
+  /// Ids of `text`'s tokens (unknown words are <unk>); a text without tokens gives {<unk>}.
+  std::vector<std::int64_t> encode(std::string_view text) const {
+    std::vector<std::int64_t> ids;
+    for (const auto& tok : tokens(text, max_len_)) {
+      const auto it = ids_.find(tok);
+      ids.push_back(it == ids_.end() ? unk_id : it->second);
+    }
+    if (ids.empty()) ids.push_back(unk_id);
+    return ids;
+  }
+  /// encode(text) as a 1-D int64 tensor.
+  torch::Tensor transform(std::string_view text) const { return torch::tensor(encode(text), torch::kInt64); }
+
+  /// Ids in all: the words and the two specials.
+  std::int64_t size() const { return static_cast<std::int64_t>(words_.size()) + 2; }
+  std::int64_t max_len() const { return max_len_; }
+  const std::vector<std::string>& words() const { return words_; }
+
+  void save(torch::serialize::OutputArchive& a) const {
+    detail::write_json(a, "WordVocabulary", {{"max_len", max_len_}, {"words", words_}});
+  }
+  void load(torch::serialize::InputArchive& a) {
+    const auto j = detail::read_json(a, "WordVocabulary");
+    max_len_ = j.at("max_len").get<std::int64_t>();
+    words_ = j.at("words").get<std::vector<std::string>>();
+    reindex();
+  }
+
+ private:
+  void reindex() {
+    ids_.clear();
+    for (std::size_t i = 0; i < words_.size(); ++i) ids_.emplace(words_[i], static_cast<std::int64_t>(i) + 2);
+  }
+  std::vector<std::string> words_;
+  std::unordered_map<std::string, std::int64_t> ids_;
+  std::int64_t max_len_ = 0;
+};
+
+}  // namespace data
+
+DTRAIN_NAMESPACE_END

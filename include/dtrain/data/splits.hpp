@@ -1,0 +1,193 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Seeded train / validation / test splits (random, and stratified by label), and data::Subset,
+// a source or dataset restricted to some of its indices. The shuffles are Python's
+// random.Random(seed).shuffle, draw for draw, so a split equals the one a Python script (such as
+// ../shared/peers/text_peer.py) makes with the same seed.
+
+#include <algorithm>
+#include <cfenv>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/types.h>
+
+#include <dtrain/data/dataset.hpp>
+#include <dtrain/error.hpp>
+
+DTRAIN_NAMESPACE_BEGIN
+
+namespace data {
+
+/// Python's random.Random(seed) for a non-negative integer seed: MT19937 seeded by init_by_array
+/// with the seed's 32-bit words, and shuffle() through getrandbits (rejection sampling).
+class PythonRandom {
+ public:
+  explicit PythonRandom(std::uint64_t seed) {
+    std::vector<std::uint32_t> key;
+    do {
+      key.push_back(static_cast<std::uint32_t>(seed & 0xffffffffu));
+      seed >>= 32;
+    } while (seed);
+    init_by_array(key);
+  }
+  std::uint32_t next32() {
+    if (i_ >= 624) twist();
+    std::uint32_t y = mt_[i_++];
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9d2c5680u;
+    y ^= (y << 15) & 0xefc60000u;
+    return y ^ (y >> 18);
+  }
+  /// random.Random.getrandbits(k), 1 <= k <= 32.
+  std::uint32_t getrandbits(int k) { return next32() >> (32 - k); }
+  /// random.Random._randbelow(n), n >= 1 (n < 2^32).
+  std::uint64_t below(std::uint64_t n) {
+    int k = 0;
+    while ((n >> k) != 0) ++k;  // n.bit_length()
+    std::uint64_t r = getrandbits(k);
+    while (r >= n) r = getrandbits(k);
+    return r;
+  }
+  /// random.Random.shuffle(x).
+  template <class T>
+  void shuffle(std::vector<T>& x) {
+    for (std::size_t i = x.size(); i-- > 1;) std::swap(x[i], x[static_cast<std::size_t>(below(i + 1))]);
+  }
+
+ private:
+  void init_genrand(std::uint32_t s) {
+    mt_[0] = s;
+    for (int i = 1; i < 624; ++i) mt_[i] = 1812433253u * (mt_[i - 1] ^ (mt_[i - 1] >> 30)) + static_cast<std::uint32_t>(i);
+    i_ = 624;
+  }
+  void init_by_array(const std::vector<std::uint32_t>& key) {
+    init_genrand(19650218u);
+    std::size_t i = 1, j = 0;
+    for (std::size_t k = std::max<std::size_t>(624, key.size()); k; --k) {
+      mt_[i] = (mt_[i] ^ ((mt_[i - 1] ^ (mt_[i - 1] >> 30)) * 1664525u)) + key[j] + static_cast<std::uint32_t>(j);
+      ++i;
+      ++j;
+      if (i >= 624) {
+        mt_[0] = mt_[623];
+        i = 1;
+      }
+      if (j >= key.size()) j = 0;
+    }
+    for (std::size_t k = 623; k; --k) {
+      mt_[i] = (mt_[i] ^ ((mt_[i - 1] ^ (mt_[i - 1] >> 30)) * 1566083941u)) - static_cast<std::uint32_t>(i);
+      if (++i >= 624) {
+        mt_[0] = mt_[623];
+        i = 1;
+      }
+    }
+    mt_[0] = 0x80000000u;
+  }
+  void twist() {
+    for (int k = 0; k < 624; ++k) {
+      const std::uint32_t y = (mt_[k] & 0x80000000u) | (mt_[(k + 1) % 624] & 0x7fffffffu);
+      mt_[k] = mt_[(k + 397) % 624] ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
+    }
+    i_ = 0;
+  }
+  std::uint32_t mt_[624]{};
+  int i_ = 625;
+};
+
+/// Indices of a split's three parts.
+struct SplitIndices {
+  std::vector<std::int64_t> train, validation, test;
+};
+
+namespace detail {
+// Python's round(): to nearest, halves to even.
+inline std::int64_t round_half_even(double x) {
+  const int mode = std::fegetround();
+  std::fesetround(FE_TONEAREST);
+  const auto r = static_cast<std::int64_t>(std::nearbyint(x));
+  std::fesetround(mode);
+  return r;
+}
+inline void check_fractions(double validation, double test) {
+  if (validation < 0 || test < 0 || validation + test > 1)
+    throw ConfigError("split fractions must be >= 0 and sum to at most 1, got validation " + std::to_string(validation) +
+                      " and test " + std::to_string(test));
+}
+// Takes round(fraction * n) for validation, then for test, from `group` (shuffled); the rest trains.
+inline void deal(std::vector<std::int64_t>& group, double validation, double test, std::uint64_t seed, SplitIndices& out) {
+  PythonRandom(seed).shuffle(group);
+  const auto n = static_cast<std::int64_t>(group.size());
+  const auto nv = std::min(n, round_half_even(validation * static_cast<double>(n)));
+  const auto nt = std::min(n - nv, round_half_even(test * static_cast<double>(n)));
+  out.validation.insert(out.validation.end(), group.begin(), group.begin() + nv);
+  out.test.insert(out.test.end(), group.begin() + nv, group.begin() + nv + nt);
+  out.train.insert(out.train.end(), group.begin() + nv + nt, group.end());
+}
+}  // namespace detail
+
+/// Samples 0..n-1 shuffled with random.Random(seed): the first round(validation * n) validate, the
+/// next round(test * n) test, the rest train (each part in shuffled order).
+inline SplitIndices random_split(std::int64_t n, double validation, double test, std::uint64_t seed) {
+  detail::check_fractions(validation, test);
+  std::vector<std::int64_t> all(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)));
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int64_t>(i);
+  SplitIndices out;
+  detail::deal(all, validation, test, seed, out);
+  return out;
+}
+
+/// Per label (labels sorted by name), its samples in index order shuffled with a fresh
+/// random.Random(seed), the first round(validation * count) to validation, the next
+/// round(test * count) to test, the rest to train: every part keeps each label's proportion.
+/// text_peer.py's split is stratified_split(tags, 0.2, 0, seed).
+inline SplitIndices stratified_split(const std::vector<std::string>& labels, double validation, double test,
+                                     std::uint64_t seed) {
+  detail::check_fractions(validation, test);
+  std::map<std::string, std::vector<std::int64_t>> by_label;
+  for (std::size_t i = 0; i < labels.size(); ++i) by_label[labels[i]].push_back(static_cast<std::int64_t>(i));
+  SplitIndices out;
+  for (auto& [label, group] : by_label) detail::deal(group, validation, test, seed, out);
+  return out;
+}
+
+/// `parent` restricted to `indices`: sample i is the parent's sample indices[i]. A row source
+/// (row(i)), an indexed source (operator[]) or a RandomAccess dataset (get_batch) stays one.
+template <class Parent>
+class Subset {
+ public:
+  Subset(Parent parent, std::vector<std::int64_t> indices)
+      : parent_(std::move(parent)), indices_(std::make_shared<const std::vector<std::int64_t>>(std::move(indices))) {
+    const auto n = static_cast<std::int64_t>(parent_.size());
+    for (auto i : *indices_)
+      if (i < 0 || i >= n)
+        throw DataError("Subset: index " + std::to_string(i) + " is outside the parent's [0, " + std::to_string(n) + ")");
+  }
+  std::int64_t size() const { return static_cast<std::int64_t>(indices_->size()); }
+  const std::vector<std::int64_t>& indices() const { return *indices_; }
+  const Parent& parent() const { return parent_; }
+
+  auto row(std::int64_t i) const requires requires(const Parent& p) { p.row(i); } { return parent_.row(map(i)); }
+  auto operator[](std::int64_t i) const requires requires(const Parent& p) { p[i]; } { return parent_[map(i)]; }
+  auto get_batch(const torch::Tensor& idx) const requires RandomAccess<Parent> {
+    const auto table = torch::from_blob(const_cast<std::int64_t*>(indices_->data()), {size()}, torch::kInt64);
+    return parent_.get_batch(table.index_select(0, idx.to(torch::kInt64)));
+  }
+
+ private:
+  std::int64_t map(std::int64_t i) const {
+    if (i < 0 || i >= size())
+      throw DataError("Subset: sample " + std::to_string(i) + " is outside [0, " + std::to_string(size()) + ")");
+    return (*indices_)[static_cast<std::size_t>(i)];
+  }
+  Parent parent_;
+  std::shared_ptr<const std::vector<std::int64_t>> indices_;
+};
+
+}  // namespace data
+
+DTRAIN_NAMESPACE_END

@@ -1,0 +1,591 @@
+// SPDX-License-Identifier: Apache-2.0
+// Real data: data::Fields batches, the file-backed sources (CSV, JSON Lines, globs), the pipeline
+// and its loader threads, the preprocessors (and their round trip through a checkpoint), the
+// splits, and the Predictor on raw strings.
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/torch.h>
+
+#include <dtrain/checkpointer/directory.hpp>
+#include <dtrain/data/collate.hpp>
+#include <dtrain/data/csv.hpp>
+#include <dtrain/data/dataset.hpp>
+#include <dtrain/data/fields.hpp>
+#include <dtrain/data/files.hpp>
+#include <dtrain/data/jsonl.hpp>
+#include <dtrain/data/pipeline.hpp>
+#include <dtrain/data/prefetch.hpp>
+#include <dtrain/data/preprocess.hpp>
+#include <dtrain/data/shard.hpp>
+#include <dtrain/data/splits.hpp>
+#include <dtrain/error.hpp>
+#include <dtrain/evaluation/predictor.hpp>
+#include <dtrain/launch/group.hpp>
+#include <dtrain/run_directory.hpp>
+
+#include "support.hpp"
+
+namespace d = dtrain;
+namespace fs = std::filesystem;
+using dtrain_test::MessageContains;
+using dtrain_test::TempDir;
+
+namespace {
+
+void write(const fs::path& p, const std::string& text) {
+  std::ofstream(p, std::ios::binary) << text;
+}
+
+std::vector<std::int64_t> ints(const torch::Tensor& t) {
+  const auto c = t.to(torch::kInt64).contiguous();
+  return {c.data_ptr<std::int64_t>(), c.data_ptr<std::int64_t>() + c.numel()};
+}
+
+// A dataset of named fields: sample i has x = [i, i], label = i % 3.
+struct FieldsDataset {
+  std::int64_t n = 10;
+  std::int64_t size() const { return n; }
+  d::data::Fields get_batch(const torch::Tensor& idx) const {
+    const auto x = idx.to(torch::kFloat32).unsqueeze(1).repeat({1, 2});
+    return {{"x", x}, {"label", idx.remainder(3)}};
+  }
+};
+static_assert(d::data::RandomAccess<FieldsDataset>);
+static_assert(std::is_same_v<d::data::batch_of<FieldsDataset>, d::data::Fields>);
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+// 1. Batches of named tensors
+
+TEST_CASE("Fields keeps insertion order and names the present fields when one is missing", "[data][fields]") {
+  d::data::Fields b{{"input_ids", torch::ones({4, 7}, torch::kInt64)}, {"label", torch::zeros({4}, torch::kInt64)}};
+  b.set("attention_mask", torch::ones({4, 7}, torch::kInt64));
+  CHECK(b.names() == std::vector<std::string>{"input_ids", "label", "attention_mask"});
+  CHECK(b.size() == 4);
+  CHECK(d::data::samples_in(b) == 4);
+  b.set("label", torch::ones({4}, torch::kInt64));  // replaced in place
+  CHECK(b.names()[1] == "label");
+  CHECK(ints(b["label"]) == std::vector<std::int64_t>{1, 1, 1, 1});
+  CHECK_THROWS_MATCHES(b["labels"], d::DataError,
+                       MessageContains({"\"labels\"", "\"input_ids\"", "\"label\"", "\"attention_mask\""}));
+  const auto moved = b.to(torch::kCPU);
+  CHECK(moved.names() == b.names());
+  CHECK(torch::equal(moved["input_ids"], b["input_ids"]));
+  CHECK(d::data::Fields{}.size() == 0);
+}
+
+TEST_CASE("A dataset of Fields flows through data::batches and prefetch like a (data target) one", "[data][fields]") {
+  const FieldsDataset ds;
+  std::vector<std::int64_t> order = {9, 8, 7, 6, 5, 4, 3};
+  std::vector<std::int64_t> sizes, seen;
+  for (const auto& b : d::data::batches(ds, order, 3, 0, [&](std::int64_t i, std::int64_t n) {
+         seen.push_back(i);
+         sizes.push_back(n);
+       })) {
+    static_assert(std::is_same_v<std::decay_t<decltype(b)>, d::data::Fields>);
+    CHECK(b["x"].size(1) == 2);
+  }
+  CHECK(seen == std::vector<std::int64_t>{0, 1, 2});
+  CHECK(sizes == std::vector<std::int64_t>{3, 3, 1});
+  std::vector<std::int64_t> labels;
+  for (const auto& b : d::data::prefetch(d::data::batches(ds, order, 3), d::data::no_transfer{}))
+    for (auto l : ints(b["label"])) labels.push_back(l);
+  CHECK(labels == std::vector<std::int64_t>{0, 2, 1, 0, 2, 1, 0});
+  // data::Batch keeps working through the same templates.
+  const d::data::TensorDataset td(torch::arange(6).to(torch::kFloat32).unsqueeze(1), torch::arange(6));
+  std::int64_t total = 0;
+  for (const auto& b : d::data::prefetch(d::data::batches(td, {0, 1, 2, 3, 4}, 2), d::data::no_transfer{}))
+    total += d::data::samples_in(b);
+  CHECK(total == 5);
+}
+
+namespace {
+// A classifier over named fields: forward(const Fields&) for the Predictor, and forward(x) for
+// a loop that passes tensors.
+struct FieldsNetImpl : torch::nn::Module {
+  torch::nn::Linear fc{nullptr};
+  FieldsNetImpl() { fc = register_module("fc", torch::nn::Linear(2, 3)); }
+  torch::Tensor forward(const d::data::Fields& b) { return fc->forward(b["x"]); }
+};
+TORCH_MODULE(FieldsNet);
+}  // namespace
+
+TEST_CASE("Predictor predicts a dataset of Fields and scores it against the label field", "[data][fields][predictor]") {
+  torch::manual_seed(3);
+  d::evaluation::Predictor<FieldsNet> p(FieldsNet{}, {"a", "b", "c"});
+  const FieldsDataset ds;
+  d::evaluation::ConfusionMatrix cm(3);
+  const auto all = p.predict(ds, 4, &cm);
+  CHECK(all.size() == 10);
+  CHECK(cm.total() == 10);
+  const auto one = p.predict(ds.get_batch(torch::arange(10)));
+  CHECK(torch::allclose(all.probabilities(), one.probabilities()));
+  p.label_field("missing");
+  CHECK_THROWS_MATCHES(p.predict(ds, 4, &cm), d::DataError, MessageContains({"\"missing\"", "\"x\"", "\"label\""}));
+}
+
+// ------------------------------------------------------------------------------------------------
+// 2. File-backed sources
+
+TEST_CASE("CsvSource reads RFC 4180 quoting: commas quotes and newlines inside fields", "[data][csv]") {
+  TempDir dir;
+  write(dir / "a.csv",
+        "id,title,score\r\n"
+        "1,plain,0.5\r\n"
+        "2,\"with, comma\",1.5\r\n"
+        "\n"
+        "3,\"say \"\"hi\"\"\",\r\n"
+        "4,\"two\nlines\",-2\n"
+        "5,\"\",7");  // no final newline
+  d::data::CsvSource src(dir / "a.csv", {.types = {{"id", d::data::column_type::integer},
+                                                   {"score", d::data::column_type::real}}});
+  REQUIRE(src.size() == 5);
+  CHECK(src.columns() == std::vector<std::string>{"id", "title", "score"});
+  CHECK(src.row(0).integer("id") == 1);
+  CHECK(src.row(1).text("title") == "with, comma");
+  CHECK(src.row(1).number("score") == 1.5);
+  CHECK(src.row(2).text("title") == "say \"hi\"");
+  CHECK(std::holds_alternative<std::monostate>(src.row(2)["score"]));  // empty real cell: missing
+  CHECK(src.row(3).text("title") == "two\nlines");
+  CHECK(src.row(3).line() == 6);
+  CHECK(src.row(4).line() == 8);  // the line after the two-line record
+  CHECK(src.row(4).text("title").empty());
+  CHECK(src.row(4).integer("id") == 5);
+  CHECK_THROWS_MATCHES(src.row(0)["name"], d::DataError, MessageContains({"a.csv:2", "\"name\"", "\"title\""}));
+  CHECK_THROWS_MATCHES(src.row(5), d::DataError, MessageContains({"row 5", "[0, 5)"}));
+}
+
+TEST_CASE("CsvSource names the file line and column of a malformed row", "[data][csv]") {
+  TempDir dir;
+  auto open = [&](const std::string& text) {
+    write(dir / "bad.csv", text);
+    return d::data::CsvSource(dir / "bad.csv", {.types = {{"n", d::data::column_type::integer}}});
+  };
+  CHECK_THROWS_MATCHES(open("a,n\nx,1\n\"open,2\n"), d::DataError,
+                       MessageContains({"bad.csv", "line 3", "column 1", "not closed"}));
+  CHECK_THROWS_MATCHES(open("a,n\n\"q\"x,1\n"), d::DataError,
+                       MessageContains({"bad.csv", "line 2", "column 1", "after the closing quote"}));
+  CHECK_THROWS_MATCHES(open("a,n\nok,1\nx,a\"b\n"), d::DataError,
+                       MessageContains({"bad.csv", "line 3", "column 2", "quote inside an unquoted field"}));
+  CHECK_THROWS_MATCHES(open("a,n\nok,1\nx,1,extra\n"), d::DataError,
+                       MessageContains({"bad.csv", "line 3", "3 fields", "header 2"}));
+  CHECK_THROWS_MATCHES(open(""), d::DataError, MessageContains({"bad.csv", "empty", "header"}));
+  const auto typed = open("a,n\nok,1\n\"multi\nline\",twelve\n");
+  CHECK_THROWS_MATCHES(typed.row(1), d::DataError,
+                       MessageContains({"bad.csv", "line 3", "column 2", "\"n\"", "\"twelve\"", "whole number"}));
+  write(dir / "t.csv", "a\n1\n");
+  CHECK_THROWS_MATCHES(d::data::CsvSource(dir / "t.csv", {.types = {{"b", d::data::column_type::real}}}),
+                       d::DataError, MessageContains({"\"b\"", "\"a\""}));
+  CHECK_THROWS_MATCHES(d::data::CsvSource(dir / "none.csv"), d::DataError, MessageContains({"none.csv", "cannot be opened"}));
+}
+
+TEST_CASE("JsonLinesSource reads objects by index and names malformed lines", "[data][jsonl]") {
+  TempDir dir;
+  write(dir / "a.jsonl", "{\"text\": \"hello\", \"n\": 3, \"x\": 0.5, \"z\": null}\n\n  \n{\"text\": \"a\\nb\", \"n\": -1}\n"
+                         "[1, 2]\n{\"text\": oops}\n");
+  d::data::JsonLinesSource src(dir / "a.jsonl");
+  REQUIRE(src.size() == 4);
+  CHECK(src.row(0).text("text") == "hello");
+  CHECK(src.row(0).integer("n") == 3);
+  CHECK(src.row(0).number("x") == 0.5);
+  CHECK(std::holds_alternative<std::monostate>(src.row(0)["z"]));
+  CHECK(src.row(1).text("text") == "a\nb");
+  CHECK(src.row(1).line() == 4);
+  CHECK_THROWS_MATCHES(src.row(2), d::DataError, MessageContains({"a.jsonl", "line 5", "not a JSON object"}));
+  CHECK_THROWS_MATCHES(src.row(3), d::DataError, MessageContains({"a.jsonl", "line 6", "column", "malformed"}));
+  CHECK_THROWS_MATCHES(src.row(0).integer("text"), d::DataError, MessageContains({"a.jsonl:1", "\"text\"", "whole number"}));
+}
+
+TEST_CASE("A glob of CSV files reads as one source in name order", "[data][csv]") {
+  TempDir dir;
+  write(dir / "part-2.csv", "k,v\nc,3\n");
+  write(dir / "part-1.csv", "k,v\na,1\nb,2\n");
+  write(dir / "other.txt", "k,v\nz,0\n");
+  const auto all = d::data::csv_files((dir.path() / "part-*.csv").string());
+  REQUIRE(all.size() == 3);
+  CHECK(all.row(0).text("k") == "a");
+  CHECK(all.row(2).text("k") == "c");
+  CHECK(all.row(2).file().find("part-2.csv") != std::string::npos);
+  CHECK_THROWS_MATCHES(d::data::csv_files((dir.path() / "*.parquet").string()), d::DataError,
+                       MessageContains({"no file matches", "*.parquet"}));
+  write(dir / "part-3.csv", "k,w\nd,4\n");
+  CHECK_THROWS_MATCHES(d::data::csv_files((dir.path() / "part-*.csv").string()), d::DataError,
+                       MessageContains({"part-3.csv", "columns differ"}));
+  write(dir / "j1.jsonl", "{\"a\": 1}\n");
+  write(dir / "j2.jsonl", "{\"a\": 2}\n{\"a\": 3}\n");
+  const auto js = d::data::jsonl_files((dir.path() / "j*.jsonl").string());
+  REQUIRE(js.size() == 3);
+  CHECK(js.row(2).integer("a") == 3);
+}
+
+namespace {
+long peak_rss_kb() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
+  return -1;
+}
+long current_rss_kb() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  return -1;
+}
+}  // namespace
+
+TEST_CASE("A CSV source several times larger than the memory bound is indexed and read within it", "[data][csv][memory]") {
+  TempDir dir;
+  const auto path = dir / "big.csv";
+  constexpr std::int64_t kRows = 60000;
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << "id,text,label\n";
+    const std::string filler(1000, 'w');
+    for (std::int64_t i = 0; i < kRows; ++i) out << i << ",\"row " << i << ", " << filler << "\"," << (i % 7) << "\n";
+  }
+  const auto file_mb = static_cast<double>(fs::file_size(path)) / (1 << 20);
+  REQUIRE(file_mb > 55);
+  constexpr long kBoundKb = 16 * 1024;  // the growth the reader may cause: under a third of the file
+  // In a child process, so that the peak RSS measured is this reading's alone: the child resets
+  // its high-water mark, notes its RSS, reads every row and reports how far the peak rose.
+  int pipefd[2];
+  REQUIRE(::pipe(pipefd) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(pipefd[0]);
+    // Reset the high-water mark (Linux: writing 5 to clear_refs), then read everything.
+    std::ofstream("/proc/self/clear_refs") << "5";
+    const long before = current_rss_kb();
+    long ok = 1;
+    try {
+      d::data::CsvSource src(path, {.types = {{"id", d::data::column_type::integer}, {"label", d::data::column_type::integer}}});
+      std::int64_t sum = 0;
+      for (std::int64_t i = 0; i < src.size(); ++i) sum += src.row(i).integer("id");
+      ok = src.size() == kRows && sum == kRows * (kRows - 1) / 2;
+    } catch (...) {
+      ok = 0;
+    }
+    const long growth = peak_rss_kb() - before;
+    const std::string msg = std::to_string(ok) + " " + std::to_string(growth) + "\n";
+    (void)!::write(pipefd[1], msg.data(), msg.size());
+    ::_exit(0);
+  }
+  ::close(pipefd[1]);
+  char buf[64] = {};
+  const auto got = ::read(pipefd[0], buf, sizeof buf - 1);
+  ::close(pipefd[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  REQUIRE(got > 0);
+  std::istringstream in(buf);
+  long ok = 0, growth_kb = -1;
+  in >> ok >> growth_kb;
+  INFO("file " << file_mb << " MiB, peak RSS growth " << growth_kb << " KiB, bound " << kBoundKb << " KiB");
+  CHECK(ok == 1);
+  CHECK(growth_kb >= 0);
+  CHECK(growth_kb < kBoundKb);
+  CHECK(file_mb * 1024 > 3 * kBoundKb);
+}
+
+// ------------------------------------------------------------------------------------------------
+// 3. The pipeline
+
+namespace {
+// Sample i: Fields{ids: i % 5 + 1 tokens, label}; a random transform adds noise from the sample's
+// generator, a filter drops multiples of 7.
+struct Numbers {
+  std::int64_t n;
+  std::int64_t size() const { return n; }
+  std::int64_t operator[](std::int64_t i) const { return i; }
+};
+
+auto numbers_pipeline() {
+  namespace dd = d::data;
+  return dd::filter([](std::int64_t i) { return i % 7 != 3; }) |
+         dd::map([](std::int64_t i, at::Generator& g) {
+           const auto len = i % 5 + 1;
+           return dd::Fields{{"ids", torch::arange(1, len + 1, torch::kInt64) + i},
+                             {"noise", torch::rand({2}, g)},
+                             {"label", torch::tensor(i % 3)}};
+         }) |
+         dd::collate(dd::pad_to_longest("ids")) |
+         dd::map_batches([](dd::Fields b, at::Generator& g) {
+           b.set("batch_noise", torch::rand({1}, g).expand({b.size()}));
+           return b;
+         });
+}
+
+std::vector<d::data::Fields> all_batches(int threads, std::int64_t epoch, std::int64_t first = 0) {
+  auto ds = d::data::pipelined(Numbers{50}, numbers_pipeline(), {.loader_threads = threads, .seed = 11});
+  std::vector<std::int64_t> order(50);
+  for (std::int64_t i = 0; i < 50; ++i) order[static_cast<std::size_t>(i)] = (i * 17) % 50;
+  std::vector<d::data::Fields> out;
+  for (const auto& b : d::data::batches(ds, order, 4, first, {}, epoch)) out.push_back(b);
+  return out;
+}
+
+bool same(const d::data::Fields& a, const d::data::Fields& b) {
+  if (a.names() != b.names()) return false;
+  for (const auto& n : a.names())
+    if (!torch::equal(a[n], b[n])) return false;
+  return true;
+}
+}  // namespace
+
+TEST_CASE("pipeline: filter map collate with a mask and map_batches", "[data][pipeline]") {
+  auto ds = d::data::pipelined(Numbers{50}, numbers_pipeline(), {.loader_threads = 0});
+  static_assert(d::data::RandomAccess<decltype(ds)>);
+  static_assert(d::data::ThreadedLoading<decltype(ds)>);
+  const auto b = ds.get_batch(torch::tensor({0, 3, 4, 6}));  // 3 is filtered out
+  CHECK(b.names() == std::vector<std::string>{"ids", "attention_mask", "noise", "label", "batch_noise"});
+  CHECK(b.size() == 3);
+  CHECK(ints(b["ids"]) == std::vector<std::int64_t>{1, 0, 0, 0, 0, 5, 6, 7, 8, 9, 7, 8, 0, 0, 0});
+  CHECK(ints(b["attention_mask"]) == std::vector<std::int64_t>{1, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0});
+  CHECK(ints(b["label"]) == std::vector<std::int64_t>{0, 1, 0});
+  // A sample's draw depends on the sample, not on its batch.
+  const auto alone = ds.get_batch(torch::tensor({4}));
+  CHECK(torch::equal(alone["noise"][0], b["noise"][1]));
+  // And on the epoch.
+  CHECK_FALSE(torch::equal(ds.get_batch(torch::tensor({4}), 1)["noise"], alone["noise"]));
+}
+
+TEST_CASE("pipeline: any loader thread count gives the same batches in the same order", "[data][pipeline]") {
+  const auto reference = all_batches(0, 2);
+  REQUIRE(reference.size() == 13);
+  for (int threads : {1, 2, 3, 8}) {
+    const auto got = all_batches(threads, 2);
+    REQUIRE(got.size() == reference.size());
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(same(got[i], reference[i]));
+  }
+  // Through the prefetcher (the GPU backends' path), which takes the loader's range as any range.
+  {
+    auto ds = d::data::pipelined(Numbers{50}, numbers_pipeline(), {.loader_threads = 2, .seed = 11});
+    std::vector<std::int64_t> order(50);
+    for (std::int64_t i = 0; i < 50; ++i) order[static_cast<std::size_t>(i)] = (i * 17) % 50;
+    std::size_t k = 0;
+    for (const auto& b : d::data::prefetch(d::data::batches(ds, order, 4, 0, {}, 2), d::data::no_transfer{}))
+      CHECK(same(b, reference.at(k++)));
+    CHECK(k == reference.size());
+  }
+  // A resumed epoch (from batch 5) gets the batches the uninterrupted one had there.
+  const auto resumed = all_batches(3, 2, 5);
+  REQUIRE(resumed.size() == 8);
+  for (std::size_t i = 0; i < resumed.size(); ++i) CHECK(same(resumed[i], reference[i + 5]));
+  // Another epoch draws anew.
+  CHECK_FALSE(same(all_batches(2, 3)[0], reference[0]));
+}
+
+TEST_CASE("pipeline: a loader thread's error reaches the loop and leaving early stops the threads", "[data][pipeline]") {
+  namespace dd = d::data;
+  auto failing = dd::pipelined(Numbers{40}, dd::map([](std::int64_t i) {
+                                 if (i == 21) throw d::DataError("sample 21 is bad");
+                                 return dd::Fields{{"v", torch::tensor(i)}};
+                               }) | dd::collate(dd::stack()),
+                               {.loader_threads = 3});
+  std::vector<std::int64_t> order(40);
+  for (std::int64_t i = 0; i < 40; ++i) order[static_cast<std::size_t>(i)] = i;
+  std::int64_t seen = 0;
+  auto consume = [&] {
+    for (const auto& b : dd::batches(failing, order, 4)) seen += b.size();
+  };
+  CHECK_THROWS_MATCHES(consume(), d::DataError, MessageContains({"sample 21 is bad"}));
+  CHECK(seen == 20);  // batches 0..4 arrived before batch 5's error
+  const auto start = std::chrono::steady_clock::now();
+  for (const auto& b : dd::batches(failing, order, 4)) {
+    CHECK(b.size() == 4);
+    break;
+  }
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  CHECK_THROWS_MATCHES(dd::stack()({dd::Fields{{"a", torch::zeros({2})}}, dd::Fields{{"a", torch::zeros({3})}}}),
+                       d::DataError, MessageContains({"\"a\"", "pad_to_longest"}));
+}
+
+// ------------------------------------------------------------------------------------------------
+// 4. Preprocessors
+
+TEST_CASE("WordVocabulary tokenizes as text_peer.py does and ranks words by count then word", "[data][preprocess]") {
+  using V = d::data::WordVocabulary;
+  CHECK(V::tokens("Hello, World! x86_64 C++ e-mail") ==
+        std::vector<std::string>{"hello", "world", "x86", "64", "c", "e", "mail"});
+  CHECK(V::tokens("caf\xc3\xa9 na\xc3\xafve") == std::vector<std::string>{"caf", "na", "ve"});
+  CHECK(V::tokens("\xc4\xb0" "stanbul \xe2\x84\xaa" "elvin") == std::vector<std::string>{"i", "stanbul", "kelvin"});
+  CHECK(V::tokens("a b c d", 2) == std::vector<std::string>{"a", "b"});
+  const std::vector<std::string> train = {"b a c", "a b", "d b", "e e e e", "z y"};
+  const auto v = V::fit(train, 4);
+  // counts: e 4, b 3, a 2; then c d y z at 1 -> c by the word.
+  CHECK(v.words() == std::vector<std::string>{"e", "b", "a", "c"});
+  CHECK(v.size() == 6);
+  CHECK(v.encode("B, e! unknown") == std::vector<std::int64_t>{3, 2, 1});
+  CHECK(v.encode("...") == std::vector<std::int64_t>{1});
+  // max_len cuts the tokens that are counted too (as the peer counts truncated texts).
+  CHECK(V::fit(std::vector<std::string>{"q q w", "w"}, 10, 1).words() == std::vector<std::string>{"q", "w"});
+}
+
+TEST_CASE("LabelEncoder and StandardScaler fit transform and invert", "[data][preprocess]") {
+  const auto enc = d::data::LabelEncoder::fit(std::vector<std::string>{"utils", "admin", "utils", "net"});
+  CHECK(enc.classes() == std::vector<std::string>{"admin", "net", "utils"});
+  CHECK(enc.transform("net") == 1);
+  CHECK(enc.inverse(2) == "utils");
+  CHECK_THROWS_MATCHES(enc.transform("games"), d::DataError, MessageContains({"\"games\"", "admin", "net"}));
+  const auto x = torch::tensor({{1.0, 5.0}, {3.0, 5.0}}, torch::kFloat32);
+  const auto s = d::data::StandardScaler::fit(x);
+  CHECK(torch::allclose(s.transform(x), torch::tensor({{-1.0, 0.0}, {1.0, 0.0}}, torch::kFloat32)));
+  CHECK(torch::allclose(s.inverse(s.transform(x)), x));
+  CHECK_THROWS_MATCHES(s.transform(torch::zeros({1, 3})), d::DataError, MessageContains({"2 features", "given 3"}));
+}
+
+namespace {
+// A text classifier over fields: mean of the embeddings of the non-pad tokens.
+struct TextNetImpl : torch::nn::Module {
+  torch::nn::Embedding emb{nullptr};
+  torch::nn::Linear fc{nullptr};
+  TextNetImpl(std::int64_t vocab, std::int64_t classes) {
+    emb = register_module("emb", torch::nn::Embedding(vocab, 8));
+    fc = register_module("fc", torch::nn::Linear(8, classes));
+  }
+  torch::Tensor forward(const d::data::Fields& b) {
+    const auto keep = b["attention_mask"].unsqueeze(-1).to(torch::kFloat32);
+    return fc->forward((emb->forward(b["input_ids"]) * keep).sum(1) / keep.sum(1).clamp_min(1));
+  }
+};
+TORCH_MODULE(TextNet);
+
+fs::path save_with_preprocessors(const fs::path& run_dir, TextNet& model, const d::data::WordVocabulary& vocab,
+                                 const d::data::LabelEncoder& labels, const d::data::StandardScaler& scaler) {
+  namespace cd = d::checkpointer::detail;
+  torch::optim::SGD sgd(model->parameters(), 0.1);
+  d::checkpointer::Snapshot s;
+  s.has_model = true;
+  s.model = cd::named_state(*model, true);
+  s.optimizer = cd::optimizer_bytes(sgd);
+  s.generator = cd::default_generator_state();
+  s.with_object("vocab", vocab).with_object("labels", labels).with_object("scaler", scaler);
+  const d::launch::Group group({}, c10::make_intrusive<c10d::HashStore>(), std::chrono::seconds(10));
+  d::checkpointer::directory<false>::state checkpoints(group, {.storage_path = run_dir.parent_path(), .name = run_dir.filename().string()});
+  checkpoints.save(std::move(s), 1, {{"score", 1.0}});
+  checkpoints.wait();
+  return d::RunDirectory(run_dir).checkpoint(1);
+}
+}  // namespace
+
+TEST_CASE("Preprocessors round-trip through a checkpoint and the Predictor takes raw strings", "[data][preprocess][predictor]") {
+  TempDir dir;
+  const std::vector<std::string> texts = {"disk partition tool", "network daemon", "disk image", "network proxy"};
+  const std::vector<std::string> tags = {"admin", "net", "admin", "net"};
+  const auto vocab = d::data::WordVocabulary::fit(texts, 100, 16);
+  const auto labels = d::data::LabelEncoder::fit(tags);
+  const auto scaler = d::data::StandardScaler::fit(torch::tensor({{1.0}, {2.0}, {4.0}}));
+  torch::manual_seed(5);
+  TextNet model(vocab.size(), labels.size());
+  const auto path = save_with_preprocessors(dir / "run", model, vocab, labels, scaler);
+
+  auto ck = d::checkpointer::Checkpoint::open(path);
+  REQUIRE(ck);
+  d::data::WordVocabulary v2;
+  d::data::LabelEncoder l2;
+  d::data::StandardScaler s2;
+  ck->load_object("vocab", v2);
+  ck->load_object("labels", l2);
+  ck->load_object("scaler", s2);
+  CHECK(v2.words() == vocab.words());
+  CHECK(v2.max_len() == 16);
+  CHECK(v2.encode("disk network zzz") == vocab.encode("disk network zzz"));
+  CHECK(l2.classes() == labels.classes());
+  CHECK(torch::equal(s2.mean(), scaler.mean()));
+  CHECK_THROWS_MATCHES(ck->load_object("vocab", l2), d::Error, MessageContains({"WordVocabulary", "LabelEncoder"}));
+
+  using P = d::evaluation::Predictor<TextNet>;
+  torch::manual_seed(6);  // other weights: the checkpoint replaces them
+  auto p = P::from_checkpoint(path, TextNet(vocab.size(), labels.size()), d::evaluation::TextInputs{});
+  const auto out = p.predict(std::vector<std::string>{"disk partition", "Network proxy daemon!", ""});
+  REQUIRE(out.size() == 3);
+  d::data::Fields expected_in{{"input_ids", torch::tensor({vocab.encode("disk partition")[0], vocab.encode("disk partition")[1]})}};
+  const auto direct = torch::softmax(model->forward(d::data::pad_to_longest("input_ids")({expected_in})), 1);
+  CHECK(torch::allclose(out.probabilities()[0], direct[0], 1e-6, 1e-6));
+  CHECK(out.class_names() == std::vector<std::string>{"admin", "net"});
+  CHECK((out[1].label == "admin" || out[1].label == "net"));
+  CHECK_THROWS_MATCHES(P(TextNet(4, 2)).predict(std::vector<std::string>{"x"}), d::ConfigError,
+                       MessageContains({"no tokenizer", "TextInputs"}));
+
+  // A corrupted preprocessor file fails the manifest's checksum.
+  const auto object = path / "objects" / "vocab.pt";
+  REQUIRE(fs::exists(object));
+  {
+    std::fstream f(object, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(40);
+    f.put('\x5a');
+  }
+  std::string why;
+  CHECK_FALSE(d::checkpointer::Checkpoint::open(path, &why));
+  CHECK(why.find("vocab.pt") != std::string::npos);
+  CHECK_THROWS_MATCHES(P::from_checkpoint(path, TextNet(vocab.size(), 2), d::evaluation::TextInputs{}), d::ConfigError,
+                       MessageContains({"not a usable checkpoint", "vocab.pt"}));
+}
+
+// ------------------------------------------------------------------------------------------------
+// 5. Splits
+
+TEST_CASE("PythonRandom shuffles as Python's random.Random(seed).shuffle", "[data][splits]") {
+  std::vector<int> x = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  d::data::PythonRandom(7).shuffle(x);
+  CHECK(x == std::vector<int>{8, 3, 1, 4, 7, 0, 9, 6, 2, 5});  // python3: random.Random(7).shuffle
+  std::vector<int> y(1000);
+  for (int i = 0; i < 1000; ++i) y[static_cast<std::size_t>(i)] = i;
+  d::data::PythonRandom(0).shuffle(y);
+  CHECK(std::vector<int>(y.begin(), y.begin() + 8) == std::vector<int>{439, 621, 160, 549, 237, 389, 658, 507});
+  std::vector<int> z = {0, 1, 2, 3, 4};
+  d::data::PythonRandom((1ULL << 40) + 3).shuffle(z);
+  CHECK(z == std::vector<int>{4, 3, 2, 0, 1});
+}
+
+TEST_CASE("random and stratified splits are seeded disjoint and complete", "[data][splits]") {
+  const auto r = d::data::random_split(100, 0.2, 0.1, 4);
+  CHECK(r.validation.size() == 20);
+  CHECK(r.test.size() == 10);
+  CHECK(r.train.size() == 70);
+  std::vector<std::int64_t> all = r.train;
+  all.insert(all.end(), r.validation.begin(), r.validation.end());
+  all.insert(all.end(), r.test.begin(), r.test.end());
+  std::sort(all.begin(), all.end());
+  for (std::int64_t i = 0; i < 100; ++i) CHECK(all[static_cast<std::size_t>(i)] == i);
+  CHECK(d::data::random_split(100, 0.2, 0.1, 4).validation == r.validation);
+  CHECK(d::data::random_split(100, 0.2, 0.1, 5).validation != r.validation);
+  CHECK_THROWS_AS(d::data::random_split(10, 0.8, 0.5, 0), d::ConfigError);
+
+  std::vector<std::string> tags;
+  for (int i = 0; i < 50; ++i) tags.push_back(i % 5 == 0 ? "rare" : "common");  // 10 rare, 40 common
+  const auto s = d::data::stratified_split(tags, 0.25, 0.0, 0);
+  std::int64_t rare_val = 0;
+  for (auto i : s.validation) rare_val += tags[static_cast<std::size_t>(i)] == "rare";
+  CHECK(s.validation.size() == 12);  // round(0.25 * 40) + round(0.25 * 10) = 10 + 2 (2.5 rounds to even)
+  CHECK(rare_val == 2);
+  CHECK(s.train.size() == 38);
+  // text_peer.py's split: per tag sorted, the tag's rows shuffled with random.Random(seed).
+  std::vector<std::int64_t> common;
+  for (int i = 0; i < 50; ++i)
+    if (i % 5) common.push_back(i);
+  d::data::PythonRandom(0).shuffle(common);
+  CHECK(std::vector<std::int64_t>(s.validation.begin(), s.validation.begin() + 10) ==
+        std::vector<std::int64_t>(common.begin(), common.begin() + 10));
+
+  const d::data::TensorDataset td(torch::arange(10).to(torch::kFloat32).unsqueeze(1), torch::arange(10));
+  const d::data::Subset sub(td, {7, 2, 5});
+  CHECK(sub.size() == 3);
+  CHECK(ints(sub.get_batch(torch::tensor({2, 0})).target) == std::vector<std::int64_t>{5, 7});
+  CHECK_THROWS_MATCHES(d::data::Subset(td, {10}), d::DataError, MessageContains({"index 10", "[0, 10)"}));
+}
