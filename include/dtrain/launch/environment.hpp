@@ -21,6 +21,9 @@ struct WorkerIdentity {
   int master_port = 0;
   /// The rendezvous store is hosted by dtrain's driver; otherwise rank 0 hosts it (env://).
   bool store_on_driver = false;
+  /// torchrun's agent hosts the store at MASTER_ADDR:MASTER_PORT (its static rendezvous sets
+  /// TORCHELASTIC_USE_AGENT_STORE=True): every rank, rank 0 too, connects to it as a client.
+  bool store_on_agent = false;
   /// How many times dtrain's driver restarted the group before this one (0 for the first).
   int attempt = 0;
   /// "dtrain", "torchrun", "slurm" or "openmpi".
@@ -92,6 +95,7 @@ inline std::optional<WorkerIdentity> detect_worker() {
     w.local_world_size = env_int("LOCAL_WORLD_SIZE", w.world_size);
     w.node_rank = env_int("GROUP_RANK", w.local_world_size ? w.rank / w.local_world_size : 0);
     w.store_on_driver = env(env_store_on_driver).has_value();
+    w.store_on_agent = !w.store_on_driver && env("TORCHELASTIC_USE_AGENT_STORE") == std::optional<std::string>("True");
     w.attempt = env_int(env_attempt, env_int("TORCHELASTIC_RESTART_COUNT", 0));
     w.launcher = w.store_on_driver ? "dtrain" : "torchrun";
   } else if (env("SLURM_PROCID") && env("SLURM_STEP_NUM_TASKS")) {
