@@ -9,7 +9,8 @@
 # Exits 77 (skipped) when network namespaces cannot be made, 1 with the reason on a failure.
 set -euo pipefail
 launcher=$1 bin=$(realpath "$2") work=$3
-root=$(cd "$(dirname "$0")/../.." && pwd)
+self=$(realpath "$0")
+root=$(cd "$(dirname "$self")/../.." && pwd)
 steps=${DTRAIN_MULTIHOST_STEPS:-12}
 args=(--model mlp --global-batch 64 --max-steps "$steps" --seed 5 --quiet --keep-checkpoints 1)
 if [[ ${DTRAIN_IN_HOSTS:-} == 1 ]]; then
@@ -19,8 +20,8 @@ if [[ ${DTRAIN_IN_HOSTS:-} == 1 ]]; then
       # One agent per host; host 0 hosts the c10d rendezvous at its address.
       for i in 0 1; do
         "$root/scripts/netns-hosts" on "$i" -- /usr/bin/python3 -m torch.distributed.run \
-          --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint "$DTRAIN_HOST_0:29400" \
-          --rdzv-id dtrain-test --redirects 2 --tee 2 --max-restarts 0 --no-python \
+          --nnodes 2 --nproc_per_node 2 --rdzv_backend c10d --rdzv_endpoint "$DTRAIN_HOST_0:29400" \
+          --rdzv_id dtrain-test --redirects 2 --tee 2 --max_restarts 0 --no_python \
           "$bin" "${args[@]}" --workers 4 --storage-path "$work/launched" --name ref >"$work/host$i.log" 2>&1 &
         pids[i]=$!
       done
@@ -45,12 +46,13 @@ fi
 rm -rf "$work"
 mkdir -p "$work"
 cd "$work"
-# The reference: 4 workers on one host, dtrain's own driver.
-"$bin" "${args[@]}" --workers 4 --storage-path "$work/one_host" --name ref >"$work/one_host.log" 2>&1 ||
+# The reference: 4 workers on one host, dtrain's own driver, its collectives on Gloo as across
+# hosts (shared memory sums in another order, which Adam turns into differences far above 1e-5).
+DTRAIN_SHARED_MEMORY=0 "$bin" "${args[@]}" --workers 4 --storage-path "$work/one_host" --name ref >"$work/one_host.log" 2>&1 ||
   { cat "$work/one_host.log"; echo "launchers.sh: the one-host reference run failed" >&2; exit 1; }
 
 set +e
-DTRAIN_IN_HOSTS=1 "$root/scripts/netns-hosts" --hosts 2 -- "$0" "$launcher" "$bin" "$work"
+DTRAIN_IN_HOSTS=1 "$root/scripts/netns-hosts" --hosts 2 -- "$self" "$launcher" "$bin" "$work"
 status=$?
 set -e
 [[ $status == 77 ]] && exit 77

@@ -32,6 +32,8 @@ namespace backend {
 ///
 /// The transport binds to GLOO_SOCKET_IFNAME when set, to 127.0.0.1 when MASTER_ADDR is a loopback
 /// address (every rank on this machine), and otherwise to the address this host's name resolves to.
+/// DTRAIN_SHARED_MEMORY=0 keeps every collective on Gloo even when all ranks share one host (the
+/// sums then add up in Gloo's ring order, as across hosts: bitwise comparable with a multi-host run).
 /// `Threads` is the number of Gloo's own worker threads, which run collectives while the training
 /// thread goes on (two: one bucket's allreduce can overlap the next one's).
 template <int Threads = 2>
@@ -53,7 +55,7 @@ struct gloo_with_threads {
       options->devices.push_back(make_device());
       options->threads = Threads;
       group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank_, size_, options);
-      if (size_ > 1 && who.local_world_size == size_)
+      if (size_ > 1 && who.local_world_size == size_ && launch::detail::env("DTRAIN_SHARED_MEMORY") != "0")
         shm_ = std::make_unique<detail::shm_channel>(*store, "shm", rank_, size_, timeout);
     }
 
