@@ -4,7 +4,11 @@
 # (scripts/netns-hosts): the Fashion-MNIST example must reach the parameters of 4 workers on one
 # host (dtrain's own driver) within 1e-5, and rank 0 must have written the run's checkpoint.
 #
-#   launchers.sh torchrun|mpirun FASHION_MNIST_BINARY WORK_DIR
+#   launchers.sh torchrun|torchrun_static|mpirun FASHION_MNIST_BINARY WORK_DIR
+#
+# torchrun: the c10d rendezvous (rank 0 hosts dtrain's store on the port torchrun picks);
+# torchrun_static: --master_addr/--master_port with --node_rank (torchrun's agent hosts the store on
+# MASTER_PORT and every worker connects to it as a client).
 #
 # Exits 77 (skipped) when network namespaces cannot be made, 1 with the reason on a failure.
 set -euo pipefail
@@ -22,6 +26,18 @@ if [[ ${DTRAIN_IN_HOSTS:-} == 1 ]]; then
         "$root/scripts/netns-hosts" on "$i" -- /usr/bin/python3 -m torch.distributed.run \
           --nnodes 2 --nproc_per_node 2 --rdzv_backend c10d --rdzv_endpoint "$DTRAIN_HOST_0:29400" \
           --rdzv_id dtrain-test --redirects 2 --tee 2 --max_restarts 0 --no_python \
+          "$bin" "${args[@]}" --workers 4 --storage-path "$work/launched" --name ref >"$work/host$i.log" 2>&1 &
+        pids[i]=$!
+      done
+      status=0
+      for i in 0 1; do wait "${pids[i]}" || status=$?; done
+      exit $status
+      ;;
+    torchrun_static)
+      for i in 0 1; do
+        "$root/scripts/netns-hosts" on "$i" -- /usr/bin/python3 -m torch.distributed.run \
+          --nnodes 2 --nproc_per_node 2 --node_rank "$i" --master_addr "$DTRAIN_HOST_0" --master_port 29401 \
+          --redirects 2 --tee 2 --max_restarts 0 --no_python \
           "$bin" "${args[@]}" --workers 4 --storage-path "$work/launched" --name ref >"$work/host$i.log" 2>&1 &
         pids[i]=$!
       done
