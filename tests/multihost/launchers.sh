@@ -4,11 +4,13 @@
 # (scripts/netns-hosts): the Fashion-MNIST example must reach the parameters of 4 workers on one
 # host (dtrain's own driver) within 1e-5, and rank 0 must have written the run's checkpoint.
 #
-#   launchers.sh torchrun|torchrun_static|mpirun FASHION_MNIST_BINARY WORK_DIR
+#   launchers.sh torchrun|torchrun_static|mpirun|slurm FASHION_MNIST_BINARY WORK_DIR
 #
 # torchrun: the c10d rendezvous (rank 0 hosts dtrain's store on the port torchrun picks);
 # torchrun_static: --master_addr/--master_port with --node_rank (torchrun's agent hosts the store on
-# MASTER_PORT and every worker connects to it as a client).
+# MASTER_PORT and every worker connects to it as a client);
+# slurm: Debian's slurm-wlm, a slurmctld on host 0 and a slurmd on each host (tests/multihost/slurm-node),
+# no munge (auth/none), and `srun --nodes 2 --ntasks-per-node 2` from host 0.
 #
 # Exits 77 (skipped) when network namespaces cannot be made, 1 with the reason on a failure.
 set -euo pipefail
@@ -55,6 +57,26 @@ if [[ ${DTRAIN_IN_HOSTS:-} == 1 ]]; then
         -x MASTER_ADDR=dtrain-host0 -x MASTER_PORT=29511 \
         "$bin" "${args[@]}" --workers 4 --storage-path "$work/launched" --name ref >"$work/mpirun.log" 2>&1
       ;;
+    slurm)
+      export SLURM_CONF=$work/slurm/slurm.conf
+      mkdir -p "$work/slurm/state" "$work/slurm/spool-dtrain-host0" "$work/slurm/spool-dtrain-host1"
+      sed "s|@DIR@|$work/slurm|g" "$root/tests/multihost/slurm.conf.in" >"$SLURM_CONF"
+      "$root/scripts/netns-hosts" on 0 -- slurmctld -D -f "$SLURM_CONF" >"$work/slurm/slurmctld.out" 2>&1 &
+      daemons=($!)
+      for i in 0 1; do
+        "$root/scripts/netns-hosts" on "$i" -- "$root/tests/multihost/slurm-node" "dtrain-host$i" \
+          >"$work/slurm/slurmd-$i.out" 2>&1 &
+        daemons+=($!)
+      done
+      trap 'kill "${daemons[@]}" 2>/dev/null; wait' EXIT
+      for _ in $(seq 100); do # both nodes idle: the daemons registered
+        [[ $("$root/scripts/netns-hosts" on 0 -- sinfo -h -o %t 2>/dev/null) == idle ]] && break
+        sleep 0.2
+      done
+      "$root/scripts/netns-hosts" on 0 -- timeout 240 srun --nodes 2 --ntasks-per-node 2 \
+        --export=ALL,MASTER_ADDR=dtrain-host0,MASTER_PORT=29512 \
+        "$bin" "${args[@]}" --workers 4 --storage-path "$work/launched" --name ref >"$work/srun.log" 2>&1
+      ;;
     *) echo "launchers.sh: the launcher must be torchrun or mpirun, not $launcher" >&2; exit 2 ;;
   esac
 fi
@@ -73,7 +95,7 @@ status=$?
 set -e
 [[ $status == 77 ]] && exit 77
 if [[ $status != 0 ]]; then
-  tail -n 30 "$work"/host*.log "$work"/mpirun.log 2>/dev/null || true
+  tail -n 30 "$work"/host*.log "$work"/mpirun.log "$work"/srun.log "$work"/slurm/*.out 2>/dev/null || true
   echo "launchers.sh: the $launcher run across 2 hosts failed (status $status)" >&2
   exit 1
 fi

@@ -328,10 +328,14 @@ int run(const Args& a) {
   const std::int64_t features = big ? 512 : 20, hidden = big ? 512 : 32;
   const auto data = synthetic(1024, features);
 
-  Trainer trainer({.num_workers = a.workers, .threads_per_worker = a.threads},
-                  {.storage_path = a.storage, .name = a.scenario,
-                   .rendezvous_timeout = std::chrono::milliseconds(a.rendezvous_ms),
-                   .collective_timeout = std::chrono::seconds(20)});
+  dtrain::RunConfig run_config{.storage_path = a.storage, .name = a.scenario,
+                               .rendezvous_timeout = std::chrono::milliseconds(a.rendezvous_ms),
+                               .collective_timeout = std::chrono::seconds(20)};
+  if (a.scenario.rfind("sigstop", 0) == 0) {  // a stopped rank is found by its heartbeat, then restarted
+    run_config.failure.max_failures = 1;
+    run_config.failure.heartbeat_timeout = std::chrono::seconds(2);
+  }
+  Trainer trainer({.num_workers = a.workers, .threads_per_worker = a.threads}, run_config);
   if (a.scenario == "evaluate") return evaluate(trainer, a, data, features, hidden);
   const auto result = trainer.fit([&](typename Trainer::context& ctx) {
     torch::manual_seed(ctx.world_rank() + 7);  // different initial weights: prepare_model must fix that
@@ -351,6 +355,9 @@ int run(const Args& a) {
           throw std::runtime_error("boom at step 3");
         if (a.scenario == "sigkill" && ctx.world_rank() == 1 && step == 3) std::raise(SIGKILL);
         if (a.scenario == "hang") std::this_thread::sleep_for(std::chrono::hours(1));
+        // sigstop: rank 1 stops itself inside the loop (the others then wait in the step's
+        // allreduce); sigstop_report: after the loop, before its report. First attempt only.
+        if (a.scenario == "sigstop" && ctx.world_rank() == 1 && step == 3 && ctx.attempt() == 0) std::raise(SIGSTOP);
         sgd.zero_grad();
         torch::Tensor loss;
         {
@@ -387,7 +394,7 @@ int run(const Args& a) {
       for (const auto& p : model->parameters()) params.push_back(p.detach().clone());
       torch::save(params, a.out);
     }
-    ctx.report({{"rank", ctx.world_rank()},
+    const dtrain::Metrics metrics{{"rank", ctx.world_rank()},
                 {"sum", sum}, {"mean", mean}, {"max", max},
                 {"buckets", stats.buckets},
                 {"grads_pending_at_first_launch", stats.grads_pending_at_first_launch},
@@ -395,11 +402,14 @@ int run(const Args& a) {
                 {"ranks_agree", checksum_max == checksum_min},
                 {"world", ctx.world_size()},
                 {"skipped_min", ctx.all_reduce(static_cast<double>(ctx.skipped_steps()), dtrain::reduce::min)},
-                {"skipped_max", ctx.all_reduce(static_cast<double>(ctx.skipped_steps()), dtrain::reduce::max)}});
+                {"skipped_max", ctx.all_reduce(static_cast<double>(ctx.skipped_steps()), dtrain::reduce::max)}};
+    if (a.scenario == "sigstop_report" && ctx.world_rank() == 1 && ctx.attempt() == 0) std::raise(SIGSTOP);
+    ctx.report(metrics);
   });
   std::cout << "RESULT";
   for (const auto& [k, v] : result.metrics) std::cout << ' ' << k << '=' << v.text();
-  std::cout << " rows=" << result.metrics_history.size() << " path=" << result.path.string() << std::endl;
+  std::cout << " rows=" << result.metrics_history.size() << " restarts=" << result.restarts
+            << " path=" << result.path.string() << std::endl;
   return 0;
 }
 

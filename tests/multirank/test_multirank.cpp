@@ -649,3 +649,28 @@ TEST_CASE("ranks that issue different collectives fail at once naming both calls
   }
   CHECK(processes_with(tag) == 0);
 }
+
+// ---- hangs that name the rank ----
+
+TEST_CASE("a rank stopped by SIGSTOP is named with its host within the heartbeat timeout and the group restarts", "[multirank][failure][heartbeat]") {
+  const auto tag = unique_tag();
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  for (const std::string where : {"sigstop", "sigstop_report"}) {
+    INFO(where);
+    const auto start = std::chrono::steady_clock::now();
+    auto r = scenario(where + " --workers 2", tag);
+    const auto took = std::chrono::steady_clock::now() - start;
+    INFO(r.output);
+    CHECK(r.status == 0);
+    CHECK_THAT(r.output, Catch::Contains("restarts=1"));
+    CHECK_THAT(r.output, Catch::Contains("rank 1 on " + std::string(host) + " (pid ") &&
+                             Catch::Contains("has shown no sign of life"));
+    // The collective (in the loop) or the report the others waited at, named.
+    if (where == "sigstop") CHECK_THAT(r.output, Catch::Contains("allreduce(mean) of"));
+    else CHECK_THAT(r.output, Catch::Contains("waits at report() call"));
+    // A 2 s heartbeat timeout plus the restart, far below the 20 s collective timeout.
+    CHECK(took < std::chrono::seconds(15));
+  }
+  CHECK(processes_with(tag) == 0);
+}

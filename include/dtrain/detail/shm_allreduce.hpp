@@ -169,6 +169,7 @@ class shm_channel {
       ++generation_;
       std::memcpy(calls(generation_) + rank_ * CollectiveCall::words, words.data(), sizeof words);
       checking_ = call;
+      current_ = call;
       op();
       if (checking_) barrier();  // a collective without a barrier of its own (no elements)
     });
@@ -215,10 +216,16 @@ class shm_channel {
         futex_wait(&arrived(r).value, seen, 20'000'000);  // 20 ms, then look at the clock
         const auto now = std::chrono::steady_clock::now();
         if (now > start + timeout_)
-          throw WorkerError("shared-memory collective: rank " + std::to_string(r) + " did not arrive within " +
-                            std::to_string(timeout_.count()) + " ms (it died, hangs, or issued other collectives)");
+          throw WorkerError("shared-memory collective: rank " + std::to_string(r) + " did not arrive at " +
+                            current_.describe() + " within " + std::to_string(timeout_.count()) +
+                            " ms (it died, hangs, or issued other collectives)");
         if (now > next_check && stall_check_) {
-          stall_check_();
+          try {
+            stall_check_();
+          } catch (const std::exception& e) {
+            throw WorkerError(std::string(e.what()) + " [rank " + std::to_string(rank_) + " was in " +
+                              current_.describe() + "; rank " + std::to_string(r) + " had not arrived]");
+          }
           next_check = now + std::chrono::seconds(1);
         }
       }
@@ -313,6 +320,7 @@ class shm_channel {
   static constexpr int spin_count = 2000;  // a few microseconds
   std::uint32_t phase_ = 0;
   std::optional<CollectiveCall> checking_;  // the call to verify at the next barrier
+  CollectiveCall current_;                  // the collective running (named when a peer is missing)
   std::uint64_t generation_ = 0;            // collectives run on this channel (the calls' buffer)
   std::mutex mutex_;
   std::condition_variable ready_;

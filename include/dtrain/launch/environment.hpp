@@ -59,6 +59,31 @@ inline int env_int(const char* name, int fallback, bool required = false) {
                       "\" is not an integer");
   }
 }
+/// The task count of node `node` in Slurm's per-node list ("2(x3),1": 2 tasks on each of the first
+/// three nodes, then 1), as SLURM_STEP_TASKS_PER_NODE gives it.
+inline int slurm_tasks_on_node(const std::string& list, int node) {
+  std::size_t at = 0;
+  int index = 0;
+  while (at < list.size()) {
+    std::size_t used = 0;
+    int tasks = 0, repeat = 1;
+    try {
+      tasks = std::stoi(list.substr(at), &used);
+      at += used;
+      if (list.compare(at, 2, "(x") == 0) {
+        repeat = std::stoi(list.substr(at + 2), &used);
+        at += 2 + used + 1;  // past ")"
+      }
+    } catch (const std::exception&) {
+      break;
+    }
+    if (node < index + repeat) return tasks;
+    index += repeat;
+    if (at < list.size() && list[at] == ',') ++at;
+  }
+  throw ConfigError("SLURM_STEP_TASKS_PER_NODE=\"" + list + "\" gives no task count for node " + std::to_string(node) +
+                    "; run the workers inside an srun step");
+}
 }  // namespace detail
 
 /// MASTER_PORT as a TCP port, or `fallback` when it is unset (0: the kernel picks one). A value
@@ -102,8 +127,10 @@ inline std::optional<WorkerIdentity> detect_worker() {
     w.rank = env_int("SLURM_PROCID", 0);
     w.world_size = env_int("SLURM_STEP_NUM_TASKS", 1);
     w.local_rank = env_int("SLURM_LOCALID", 0);
-    w.local_world_size = env_int("SLURM_STEP_TASKS_PER_NODE", env_int("SLURM_NTASKS_PER_NODE", 1));
     w.node_rank = env_int("SLURM_NODEID", 0);
+    const auto per_node = env("SLURM_STEP_TASKS_PER_NODE");
+    w.local_world_size = per_node ? detail::slurm_tasks_on_node(*per_node, w.node_rank)
+                                  : env_int("SLURM_NTASKS_PER_NODE", 1);
     w.launcher = "slurm";
   } else if (env("OMPI_COMM_WORLD_RANK")) {
     w.rank = env_int("OMPI_COMM_WORLD_RANK", 0);
