@@ -76,6 +76,7 @@ if [[ ${DTRAIN_IN_HOSTS:-} == 1 ]]; then
       "$root/scripts/netns-hosts" on 0 -- timeout 240 srun --nodes 2 --ntasks-per-node 2 \
         --export=ALL,MASTER_ADDR=dtrain-host0,MASTER_PORT=29512 \
         "$bin" "${args[@]}" --workers 4 --storage-path "$work/launched" --name ref >"$work/srun.log" 2>&1
+      exit $?
       ;;
     *) echo "launchers.sh: the launcher must be torchrun or mpirun, not $launcher" >&2; exit 2 ;;
   esac

@@ -578,7 +578,9 @@ TEST_CASE("fsdp_checkpoint_other_worker_count_is_refused: fsdp<>'s sharded optim
 namespace {
 // Two ranks of `args` under an external launcher's variables, each alone on its "host"
 // (LOCAL_WORLD_SIZE=1): the shared-memory channel stays off and every collective goes over Gloo.
-std::string launched_pair(const std::string& args, const std::string& tag) {
+// With `stopped_rank_1`, rank 1 is expected to stop itself (SIGSTOP): once rank 0 has ended, it
+// is killed, and only rank 0's status is printed.
+std::string launched_pair(const std::string& args, const std::string& tag, bool stopped_rank_1 = false) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -595,8 +597,11 @@ std::string launched_pair(const std::string& args, const std::string& tag) {
            " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " '" + SCENARIOS_BIN + "' " + args +
            " --tag " + tag;
   };
-  const std::string cmd = "cd '" + dir.string() + "' && (" + rank(0) + " & a=$!; " + rank(1) +
-                          "; b=$?; wait $a; a=$?; echo status $a $b) 2>&1";
+  const std::string cmd =
+      "cd '" + dir.string() + "' && (" +
+      (stopped_rank_1 ? rank(1) + " & b=$!; " + rank(0) + "; a=$?; kill -9 $b; wait $b; echo status $a"
+                      : rank(0) + " & a=$!; " + rank(1) + "; b=$?; wait $a; a=$?; echo status $a $b") +
+      ") 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
   std::string out;
@@ -672,5 +677,17 @@ TEST_CASE("a rank stopped by SIGSTOP is named with its host within the heartbeat
     // A 2 s heartbeat timeout plus the restart, far below the 20 s collective timeout.
     CHECK(took < std::chrono::seconds(15));
   }
+  CHECK(processes_with(tag) == 0);
+}
+
+TEST_CASE("over Gloo alone a stopped rank is named within the heartbeat timeout", "[multirank][failure][heartbeat]") {
+  const auto tag = unique_tag();
+  const auto start = std::chrono::steady_clock::now();
+  const auto out = launched_pair("sigstop", tag, /*stopped_rank_1=*/true);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("status 1"));
+  CHECK_THAT(out, Catch::Contains("rank 1 on ") && Catch::Contains("has shown no sign of life") &&
+                      Catch::Contains("rank 0 was in allreduce(mean) of"));
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(15));  // not the 20 s timeout
   CHECK(processes_with(tag) == 0);
 }

@@ -62,6 +62,7 @@ struct gloo_with_threads {
     /// `check` runs about once a second while a collective waits for a peer, and may throw to end
     /// the wait early (used by the worker context to notice a peer that failed or left the loop).
     void on_stall(std::function<void()> check) {
+      stall_check_ = check;
       if (shm_) shm_->on_stall(std::move(check));
     }
 
@@ -181,9 +182,30 @@ struct gloo_with_threads {
       std::vector<torch::Tensor> ins{mine};
       auto exchange = group_->allgather(outs, ins);
       const int rank = rank_, world = size_;
-      return Work(issue(), std::move(what)).verified_by(std::move(exchange), [call, all, rank, world] {
+      return Work(issue(), std::move(what)).verified_by({}, [call, all, rank, world, exchange, stall = stall_check_] {
+        wait_watching(*exchange, stall, rank, call);
         verify_same_call(rank, call, all.data_ptr<std::int64_t>(), world);
       });
+    }
+
+    // Waits for the exchange of the calls, running `stall` about once a second meanwhile (the
+    // context's check for failed, departed or silent peers), so a peer that stopped is named
+    // within the heartbeat timeout, not at the collective timeout.
+    static void wait_watching(c10d::Work& exchange, const std::function<void()>& stall, int rank,
+                              const CollectiveCall& call) {
+      for (;;) {
+        try {
+          if (exchange.wait(std::chrono::milliseconds(1000))) return;
+        } catch (const std::exception&) {
+          if (exchange.isCompleted()) throw;  // failed, not merely not done yet
+        }
+        if (!stall) continue;
+        try {
+          stall();
+        } catch (const std::exception& e) {
+          throw WorkerError(std::string(e.what()) + " [rank " + std::to_string(rank) + " was in " + call.describe() + "]");
+        }
+      }
     }
 
     c10::intrusive_ptr<c10d::Work> gloo_allreduce(torch::Tensor& t, reduce op) {
@@ -226,6 +248,7 @@ struct gloo_with_threads {
 
     int rank_, size_;
     std::uint64_t seq_ = 0;
+    std::function<void()> stall_check_;
     c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
     std::unique_ptr<detail::shm_channel> shm_;
   };
