@@ -5,7 +5,9 @@
 // precision and metric that talks through a communicator is written against them, so none of
 // them includes a particular backend (only backend/gloo.hpp includes Gloo).
 
+#include <array>
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <future>
@@ -13,6 +15,7 @@
 #include <string>
 #include <utility>
 
+#include <c10/core/ScalarType.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>  // c10d's backend-neutral Work: no Gloo, no NCCL
 
 #include <dtrain/error.hpp>
@@ -21,6 +24,67 @@ DTRAIN_NAMESPACE_BEGIN
 
 /// A collective's reduction.
 enum class reduce { sum, mean, max, min };
+
+/// One rank's call of a collective, as every backend exchanges it before the data: the operation,
+/// its reduction or root, dtype, element count and the call's sequence number on this rank. Ranks
+/// whose calls differ get CollectiveMismatch instead of each other's bytes.
+struct CollectiveCall {
+  enum class op : std::int64_t { allreduce = 1, broadcast, allgather, reduce_scatter, barrier };
+  op operation = op::barrier;
+  std::int64_t argument = -1;  // the reduction (allreduce, reduce_scatter) or the root (broadcast)
+  c10::ScalarType dtype = c10::ScalarType::Undefined;
+  std::int64_t count = 0;  // elements this rank passes in
+  std::uint64_t seq = 0;   // 1 for a communicator's first collective
+
+  static constexpr int words = 5;
+  std::array<std::int64_t, words> encode() const {
+    return {static_cast<std::int64_t>(operation), argument, static_cast<std::int64_t>(dtype), count,
+            static_cast<std::int64_t>(seq)};
+  }
+  static CollectiveCall decode(const std::int64_t* w) {
+    return {static_cast<op>(w[0]), w[1], static_cast<c10::ScalarType>(w[2]), w[3], static_cast<std::uint64_t>(w[4])};
+  }
+  bool operator==(const CollectiveCall&) const = default;
+
+  /// E.g. "allreduce(sum) of 1 Double value (collective #7)".
+  std::string describe() const {
+    static constexpr const char* reductions[] = {"sum", "mean", "max", "min"};
+    std::string s;
+    switch (operation) {
+      case op::allreduce: s = "allreduce"; break;
+      case op::broadcast: s = "broadcast"; break;
+      case op::allgather: s = "allgather"; break;
+      case op::reduce_scatter: s = "reduce_scatter"; break;
+      case op::barrier: s = "barrier"; break;
+      default: s = "an unknown collective (code " + std::to_string(static_cast<std::int64_t>(operation)) + ")";
+    }
+    if ((operation == op::allreduce || operation == op::reduce_scatter) && argument >= 0 && argument < 4)
+      s += std::string("(") + reductions[argument] + ")";
+    if (operation == op::broadcast) s += " from rank " + std::to_string(argument);
+    if (operation != op::barrier)
+      s += " of " + std::to_string(count) + " " + c10::toString(dtype) + (count == 1 ? " value" : " values");
+    return s + " (collective #" + std::to_string(seq) + ")";
+  }
+};
+
+/// Ranks that issued different collectives at the same point: the message names both calls.
+struct CollectiveMismatch : WorkerError {
+  using WorkerError::WorkerError;
+};
+
+/// Throws CollectiveMismatch when a rank's call (in `all`: world * CollectiveCall::words values,
+/// rank r's at r * words) differs from `mine`, naming the first such rank's call and this one's.
+inline void verify_same_call(int rank, const CollectiveCall& mine, const std::int64_t* all, int world) {
+  for (int r = 0; r < world; ++r) {
+    const auto theirs = CollectiveCall::decode(all + r * CollectiveCall::words);
+    if (theirs == mine) continue;
+    throw CollectiveMismatch("collectives do not match: rank " + std::to_string(rank) + " called " + mine.describe() +
+                             " while rank " + std::to_string(r) + " called " + theirs.describe() +
+                             ". Every rank must issue the same collectives (operation, dtype, element count) in "
+                             "the same order; look for a collective inside a branch on the rank or on data that "
+                             "differs between ranks");
+  }
+}
 
 /// How a backend whose collectives complete on a device (backend::nccl: CUDA events) says that
 /// one is done. wait() may return once later work on the caller's stream is ordered after it.
@@ -44,6 +108,15 @@ class Work {
   Work(std::shared_ptr<Completion> completion, std::string what)
       : completion_(std::move(completion)), what_(std::move(what)) {}
 
+  /// This work preceded by `verify`, which wait() runs first (once `exchange`, the exchange of
+  /// the ranks' CollectiveCalls, is done; it may be null): a CollectiveMismatch it throws is
+  /// rethrown as it is, before the collective's own result is looked at.
+  Work verified_by(c10::intrusive_ptr<c10d::Work> exchange, std::function<void()> verify) && {
+    exchange_ = std::move(exchange);
+    verify_ = std::move(verify);
+    return std::move(*this);
+  }
+
   /// This work followed by `then`, which wait() runs on the waiting thread once the collective is
   /// done (e.g. copying a result out of a staging buffer).
   Work then(std::function<void()> then) && {
@@ -52,9 +125,24 @@ class Work {
   }
 
   void wait() {
+    if (verify_) {
+      try {
+        if (exchange_) exchange_->wait();
+      } catch (const std::exception& e) {
+        throw WorkerError(what_ + " failed while the ranks exchanged their calls: " + e.what() +
+                          " (a peer died or hung past RunConfig::collective_timeout)");
+      }
+      exchange_.reset();
+      std::exchange(verify_, nullptr)();
+    }
     try {
       if (work_) work_->wait();
       if (done_.valid()) done_.get();
+    } catch (const CollectiveMismatch&) {
+      work_.reset();
+      done_ = {};
+      completion_.reset();
+      throw;  // it names both calls already
     } catch (const std::exception& e) {
       work_.reset();
       done_ = {};
@@ -70,7 +158,7 @@ class Work {
     if (then_) std::exchange(then_, nullptr)();
   }
   bool completed() const {
-    return (!work_ || work_->isCompleted()) &&
+    return (!exchange_ || exchange_->isCompleted()) && (!work_ || work_->isCompleted()) &&
            (!done_.valid() || done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) &&
            (!completion_ || completion_->completed());
   }
@@ -79,6 +167,8 @@ class Work {
   c10::intrusive_ptr<c10d::Work> work_;
   std::shared_future<void> done_;
   std::shared_ptr<Completion> completion_;
+  c10::intrusive_ptr<c10d::Work> exchange_;
+  std::function<void()> verify_;
   std::string what_;
   std::function<void()> then_;
 };

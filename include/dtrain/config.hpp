@@ -80,6 +80,11 @@ struct FailureConfig {
   /// the run even under max_failures = -1: restarting again would only fail again (a full disk, a
   /// checkpoint of another model). 0: never.
   int max_repeated_failures = 3;
+  /// A rank whose heartbeat (its own thread, about once a second) stands still this long while
+  /// another waits for it in a collective or a report is taken as failed: the waiting rank names
+  /// it and its host, and the group restarts under max_failures. A busy rank keeps beating; a
+  /// stopped (SIGSTOP), frozen or cut-off one does not. 0 turns heartbeats off.
+  std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(10);
 
   void validate() const {
     if (max_failures < -1)
@@ -91,6 +96,9 @@ struct FailureConfig {
                         " ms)");
     if (restart_backoff.count() < 0 || restart_backoff_max < restart_backoff)
       throw ConfigError("FailureConfig: restart_backoff must be >= 0 and restart_backoff_max >= restart_backoff");
+    if (heartbeat_timeout.count() < 0)
+      throw ConfigError("FailureConfig::heartbeat_timeout is " + std::to_string(heartbeat_timeout.count()) +
+                        " ms; use 0 (off) or a positive time");
     if (max_repeated_failures < 0)
       throw ConfigError("FailureConfig::max_repeated_failures is " + std::to_string(max_repeated_failures) +
                         "; use 0 (never stop on repeats) or a positive count");

@@ -156,7 +156,7 @@ class Trainer {
   // Under an external launcher rank 0 hosts the store: it leaves last.
   static void depart(c10d::Store& store, const launch::WorkerIdentity& who) {
     store.add(launch::key(who.attempt, "departed"), 1);
-    if (who.store_on_driver || who.rank != 0) return;
+    if (who.store_on_driver || who.store_on_agent || who.rank != 0) return;
     while (store.add(launch::key(who.attempt, "departed"), 0) < who.world_size)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }

@@ -11,6 +11,8 @@
 //   scenarios fsdp_memory --strategy ddp|fsdp    a ~9.5M-parameter MLP; reports the model state bytes
 //   scenarios fsdp_bad_optimizer                 fsdp<> with an optimizer over model->parameters()
 //   scenarios collectives --workers N            the communicator's flat allgather and reduce_scatter
+//   scenarios mismatch --variant V               ranks issue different collectives (V: allgather_vs_sum,
+//       count: 3 values against 1, gloo_path: a list allgather against a max allreduce); must fail
 
 #include <dtrain/dtrain.hpp>
 
@@ -31,7 +33,7 @@ struct Args {
   std::int64_t batch = 32;
   std::string out, storage = "multirank_runs";
   int rendezvous_ms = 20000;
-  std::string strategy = "ddp", resume_from, restore = "weights";
+  std::string strategy = "ddp", resume_from, restore = "weights", variant = "allgather_vs_sum";
   bool accumulate = false, checkpoint = false;
 };
 
@@ -51,6 +53,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--strategy") a.strategy = v;
     else if (f == "--resume-from") a.resume_from = v;
     else if (f == "--restore") a.restore = v;
+    else if (f == "--variant") a.variant = v;
     else if (f == "--accumulate") a.accumulate = v == "1";
     else if (f == "--checkpoint") a.checkpoint = v == "1";
     else if (f == "--tag") {}  // only marks the processes, for the orphan checks
@@ -182,6 +185,46 @@ int run_sharded(const Args& a) {
 }
 
 
+// Ranks that issue different collectives at the same point, as a branch on the rank would: the
+// run must fail naming both calls, never hand one rank the other's bytes. A run that returns
+// normally prints RESULT and exits 0, which the test counts as the bug.
+int run_mismatch(const Args& a) {
+  Trainer trainer({.num_workers = a.workers},
+                  {.storage_path = a.storage, .name = a.scenario, .collective_timeout = std::chrono::seconds(20)});
+  const auto result = trainer.fit([&](Trainer::context& ctx) {
+    auto& comm = ctx.communicator();
+    const int r = ctx.world_rank();
+    ctx.all_reduce(1.0, dtrain::reduce::sum);  // a matching one first: the check must not misfire
+    double got = 0;
+    if (a.variant == "allgather_vs_sum") {
+      if (r == 0) {
+        auto out = torch::zeros({ctx.world_size()}, torch::kFloat64);
+        comm.allgather(out, torch::full({1}, 7.0, torch::kFloat64)).wait();
+        got = out[0].item<double>();
+      } else {
+        got = ctx.all_reduce(42.0, dtrain::reduce::sum);
+      }
+    } else if (a.variant == "count") {
+      auto t = torch::ones({r == 0 ? 3 : 1}, torch::kFloat64);
+      comm.allreduce(t, dtrain::reduce::sum).wait();
+      got = t[0].item<double>();
+    } else if (a.variant == "gloo_path") {
+      if (r == 0) {
+        std::vector<torch::Tensor> out(ctx.world_size(), torch::zeros({2}, torch::kInt64));
+        for (auto& t : out) t = torch::zeros({2}, torch::kInt64);
+        comm.allgather(out, torch::ones({2}, torch::kInt64)).wait();
+      } else {
+        got = ctx.all_reduce(42.0, dtrain::reduce::max);
+      }
+    } else {
+      throw std::invalid_argument("--variant must be allgather_vs_sum, count or gloo_path");
+    }
+    ctx.report({{"got", got}});
+  });
+  std::cout << "RESULT got=" << result.metrics.at("got").text() << std::endl;
+  return 0;
+}
+
 // The communicator's flat allgather and reduce_scatter, exactly: through shared memory when the
 // driver starts the ranks (reduce_scatter of int64 still takes Gloo's path), through Gloo alone
 // when each rank says it is alone on its host (LOCAL_WORLD_SIZE=1 under an external launcher).
@@ -285,10 +328,14 @@ int run(const Args& a) {
   const std::int64_t features = big ? 512 : 20, hidden = big ? 512 : 32;
   const auto data = synthetic(1024, features);
 
-  Trainer trainer({.num_workers = a.workers, .threads_per_worker = a.threads},
-                  {.storage_path = a.storage, .name = a.scenario,
-                   .rendezvous_timeout = std::chrono::milliseconds(a.rendezvous_ms),
-                   .collective_timeout = std::chrono::seconds(20)});
+  dtrain::RunConfig run_config{.storage_path = a.storage, .name = a.scenario,
+                               .rendezvous_timeout = std::chrono::milliseconds(a.rendezvous_ms),
+                               .collective_timeout = std::chrono::seconds(20)};
+  if (a.scenario.rfind("sigstop", 0) == 0) {  // a stopped rank is found by its heartbeat, then restarted
+    run_config.failure.max_failures = 1;
+    run_config.failure.heartbeat_timeout = std::chrono::seconds(2);
+  }
+  Trainer trainer({.num_workers = a.workers, .threads_per_worker = a.threads}, run_config);
   if (a.scenario == "evaluate") return evaluate(trainer, a, data, features, hidden);
   const auto result = trainer.fit([&](typename Trainer::context& ctx) {
     torch::manual_seed(ctx.world_rank() + 7);  // different initial weights: prepare_model must fix that
@@ -308,6 +355,9 @@ int run(const Args& a) {
           throw std::runtime_error("boom at step 3");
         if (a.scenario == "sigkill" && ctx.world_rank() == 1 && step == 3) std::raise(SIGKILL);
         if (a.scenario == "hang") std::this_thread::sleep_for(std::chrono::hours(1));
+        // sigstop: rank 1 stops itself inside the loop (the others then wait in the step's
+        // allreduce); sigstop_report: after the loop, before its report. First attempt only.
+        if (a.scenario == "sigstop" && ctx.world_rank() == 1 && step == 3 && ctx.attempt() == 0) std::raise(SIGSTOP);
         sgd.zero_grad();
         torch::Tensor loss;
         {
@@ -344,7 +394,7 @@ int run(const Args& a) {
       for (const auto& p : model->parameters()) params.push_back(p.detach().clone());
       torch::save(params, a.out);
     }
-    ctx.report({{"rank", ctx.world_rank()},
+    const dtrain::Metrics metrics{{"rank", ctx.world_rank()},
                 {"sum", sum}, {"mean", mean}, {"max", max},
                 {"buckets", stats.buckets},
                 {"grads_pending_at_first_launch", stats.grads_pending_at_first_launch},
@@ -352,11 +402,14 @@ int run(const Args& a) {
                 {"ranks_agree", checksum_max == checksum_min},
                 {"world", ctx.world_size()},
                 {"skipped_min", ctx.all_reduce(static_cast<double>(ctx.skipped_steps()), dtrain::reduce::min)},
-                {"skipped_max", ctx.all_reduce(static_cast<double>(ctx.skipped_steps()), dtrain::reduce::max)}});
+                {"skipped_max", ctx.all_reduce(static_cast<double>(ctx.skipped_steps()), dtrain::reduce::max)}};
+    if (a.scenario == "sigstop_report" && ctx.world_rank() == 1 && ctx.attempt() == 0) std::raise(SIGSTOP);
+    ctx.report(metrics);
   });
   std::cout << "RESULT";
   for (const auto& [k, v] : result.metrics) std::cout << ' ' << k << '=' << v.text();
-  std::cout << " rows=" << result.metrics_history.size() << " path=" << result.path.string() << std::endl;
+  std::cout << " rows=" << result.metrics_history.size() << " restarts=" << result.restarts
+            << " path=" << result.path.string() << std::endl;
   return 0;
 }
 
@@ -365,6 +418,7 @@ int run(const Args& a) {
 int main(int argc, char** argv) try {
   const Args a = parse(argc, argv);
   if (a.scenario == "collectives") return run_collectives(a);
+  if (a.scenario == "mismatch") return run_mismatch(a);
   if (a.scenario.rfind("fsdp_", 0) == 0) {
     if (a.scenario == "fsdp_bad_optimizer" || a.strategy == "fsdp") return run_sharded<FsdpTrainer>(a);
     if (a.strategy == "fsdp_grad_op") return run_sharded<FsdpGradOpTrainer>(a);

@@ -572,3 +572,122 @@ TEST_CASE("fsdp_checkpoint_other_worker_count_is_refused: fsdp<>'s sharded optim
                            Catch::Contains("ScalingConfig::num_workers = 2") && !Catch::Contains("size mismatch"));
   CHECK(processes_with(tag) == 0);
 }
+
+// ---- collectives that cannot be silently mismatched ----
+
+namespace {
+// Two ranks of `args` under an external launcher's variables, each alone on its "host"
+// (LOCAL_WORLD_SIZE=1): the shared-memory channel stays off and every collective goes over Gloo.
+// With `stopped_rank_1`, rank 1 is expected to stop itself (SIGSTOP): once rank 0 has ended, it
+// is killed, and only rank 0's status is printed.
+std::string launched_pair(const std::string& args, const std::string& tag, bool stopped_rank_1 = false) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  close(fd);
+  const fs::path dir = fs::temp_directory_path() / ("dtrain_multirank_" + tag);
+  fs::create_directories(dir);
+  auto rank = [&](int r) {
+    return "env RANK=" + std::to_string(r) + " LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=" + std::to_string(r) +
+           " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " '" + SCENARIOS_BIN + "' " + args +
+           " --tag " + tag;
+  };
+  const std::string cmd =
+      "cd '" + dir.string() + "' && (" +
+      (stopped_rank_1 ? rank(1) + " & b=$!; " + rank(0) + "; a=$?; kill -9 $b; wait $b; echo status $a"
+                      : rank(0) + " & a=$!; " + rank(1) + "; b=$?; wait $a; a=$?; echo status $a $b") +
+      ") 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  pclose(p);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("ranks that issue different collectives fail at once naming both calls", "[multirank][collectives][mismatch]") {
+  const auto tag = unique_tag();
+  const std::string allgather = "allgather of 1 Double value (collective #2)",
+                    sum = "allreduce(sum) of 1 Double value (collective #2)";
+  SECTION("shared memory: a flat allgather against ctx.all_reduce(42.0 sum)") {
+    const auto start = std::chrono::steady_clock::now();
+    auto r = scenario("mismatch --variant allgather_vs_sum --workers 2", tag);
+    INFO(r.output);
+    CHECK(r.status == 3);
+    CHECK_THAT(r.output, Catch::Contains("collectives do not match") && Catch::Contains(allgather) &&
+                             Catch::Contains(sum));
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(15));  // not the 20 s timeout
+  }
+  SECTION("shared memory: the same operation with another element count") {
+    auto r = scenario("mismatch --variant count --workers 3", tag);
+    INFO(r.output);
+    CHECK(r.status == 3);
+    CHECK_THAT(r.output, Catch::Contains("allreduce(sum) of 3 Double values (collective #2)") &&
+                             Catch::Contains("allreduce(sum) of 1 Double value (collective #2)"));
+  }
+  SECTION("Gloo's path checked through shared memory: a list allgather against a max allreduce") {
+    auto r = scenario("mismatch --variant gloo_path --workers 2", tag);
+    INFO(r.output);
+    CHECK(r.status == 3);
+    CHECK_THAT(r.output, Catch::Contains("allgather of 2 Long values (collective #2)") &&
+                             Catch::Contains("allreduce(max) of 1 Double value (collective #2)"));
+  }
+  SECTION("Gloo alone (one rank per host): a flat allgather against ctx.all_reduce(42.0 sum)") {
+    const auto out = launched_pair("mismatch --variant allgather_vs_sum", tag);
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("status 1 1"));  // a worker that failed exits 1
+    CHECK_THAT(out, Catch::Contains("rank 0 called " + allgather + " while rank 1 called " + sum));
+    CHECK_THAT(out, Catch::Contains("rank 1 called " + sum + " while rank 0 called " + allgather));
+  }
+  SECTION("Gloo alone: the same operation with another element count") {
+    const auto out = launched_pair("mismatch --variant count", tag);
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("status 1 1"));  // a worker that failed exits 1
+    CHECK_THAT(out, Catch::Contains("allreduce(sum) of 3 Double values (collective #2)"));
+  }
+  CHECK(processes_with(tag) == 0);
+}
+
+// ---- hangs that name the rank ----
+
+TEST_CASE("a rank stopped by SIGSTOP is named with its host within the heartbeat timeout and the group restarts", "[multirank][failure][heartbeat]") {
+  const auto tag = unique_tag();
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  for (const std::string where : {"sigstop", "sigstop_report"}) {
+    INFO(where);
+    const auto start = std::chrono::steady_clock::now();
+    auto r = scenario(where + " --workers 2", tag);
+    const auto took = std::chrono::steady_clock::now() - start;
+    INFO(r.output);
+    CHECK(r.status == 0);
+    CHECK_THAT(r.output, Catch::Contains("restarts=1"));
+    CHECK_THAT(r.output, Catch::Contains("rank 1 on " + std::string(host) + " (pid ") &&
+                             Catch::Contains("has shown no sign of life"));
+    // The collective (in the loop) or the report the others waited at, named.
+    if (where == "sigstop") CHECK_THAT(r.output, Catch::Contains("allreduce(mean) of"));
+    else CHECK_THAT(r.output, Catch::Contains("waits at report() call"));
+    // A 2 s heartbeat timeout plus the restart, far below the 20 s collective timeout.
+    CHECK(took < std::chrono::seconds(15));
+  }
+  CHECK(processes_with(tag) == 0);
+}
+
+TEST_CASE("over Gloo alone a stopped rank is named within the heartbeat timeout", "[multirank][failure][heartbeat]") {
+  const auto tag = unique_tag();
+  const auto start = std::chrono::steady_clock::now();
+  const auto out = launched_pair("sigstop", tag, /*stopped_rank_1=*/true);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("status 1"));
+  CHECK_THAT(out, Catch::Contains("rank 1 on ") && Catch::Contains("has shown no sign of life") &&
+                      Catch::Contains("rank 0 was in allreduce(mean) of"));
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(15));  // not the 20 s timeout
+  CHECK(processes_with(tag) == 0);
+}

@@ -21,6 +21,7 @@
 
 #include <dtrain/config.hpp>
 #include <dtrain/error.hpp>
+#include <dtrain/launch/environment.hpp>
 #include <dtrain/launch/process.hpp>
 #include <dtrain/metrics.hpp>
 #include <dtrain/result.hpp>
@@ -453,4 +454,16 @@ TEST_CASE("process_start_unix gives a new process's start within 50 ms", "[launc
   INFO("before " << before << " start " << start << " after " << after);
   CHECK(start >= before - 0.05);  // the kernel's start time has 10 ms ticks
   CHECK(start <= after + 0.05);
+}
+
+TEST_CASE("Slurm's per-node task list gives each node its count", "[launch]") {
+  using dtrain::launch::detail::slurm_tasks_on_node;
+  CHECK(slurm_tasks_on_node("2(x2)", 0) == 2);
+  CHECK(slurm_tasks_on_node("2(x2)", 1) == 2);
+  CHECK(slurm_tasks_on_node("4", 0) == 4);
+  CHECK(slurm_tasks_on_node("3(x2),1", 1) == 3);
+  CHECK(slurm_tasks_on_node("3(x2),1", 2) == 1);
+  CHECK(slurm_tasks_on_node("1,2,3", 2) == 3);
+  CHECK_THROWS_WITH(slurm_tasks_on_node("2(x2)", 2), Catch::Contains("no task count for node 2"));
+  CHECK_THROWS_AS(slurm_tasks_on_node("", 0), dtrain::ConfigError);
 }

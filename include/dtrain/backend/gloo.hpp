@@ -3,6 +3,7 @@
 // backend::gloo: collectives over c10d's ProcessGroupGloo (CPU tensors, TCP).
 
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <memory>
@@ -31,6 +32,8 @@ namespace backend {
 ///
 /// The transport binds to GLOO_SOCKET_IFNAME when set, to 127.0.0.1 when MASTER_ADDR is a loopback
 /// address (every rank on this machine), and otherwise to the address this host's name resolves to.
+/// DTRAIN_SHARED_MEMORY=0 keeps every collective on Gloo even when all ranks share one host (the
+/// sums then add up in Gloo's ring order, as across hosts: bitwise comparable with a multi-host run).
 /// `Threads` is the number of Gloo's own worker threads, which run collectives while the training
 /// thread goes on (two: one bucket's allreduce can overlap the next one's).
 template <int Threads = 2>
@@ -52,13 +55,14 @@ struct gloo_with_threads {
       options->devices.push_back(make_device());
       options->threads = Threads;
       group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank_, size_, options);
-      if (size_ > 1 && who.local_world_size == size_)
+      if (size_ > 1 && who.local_world_size == size_ && launch::detail::env("DTRAIN_SHARED_MEMORY") != "0")
         shm_ = std::make_unique<detail::shm_channel>(*store, "shm", rank_, size_, timeout);
     }
 
     /// `check` runs about once a second while a collective waits for a peer, and may throw to end
     /// the wait early (used by the worker context to notice a peer that failed or left the loop).
     void on_stall(std::function<void()> check) {
+      stall_check_ = check;
       if (shm_) shm_->on_stall(std::move(check));
     }
 
@@ -68,36 +72,35 @@ struct gloo_with_threads {
     /// Reduces `t` in place across ranks. mean divides the sum by size() once it is done, so
     /// callers that wait() see the mean; gloo itself has no mean.
     Work allreduce(torch::Tensor& t, reduce op = reduce::sum) {
+      const auto call = describe(CollectiveCall::op::allreduce, static_cast<std::int64_t>(op), t);
+      const std::string what = "allreduce of " + std::to_string(t.numel()) + " values";
       if (shm_ && detail::shm_channel::supports(t) && (op == reduce::sum || op == reduce::mean))
-        return {shm_->allreduce(t, op == reduce::mean), "allreduce of " + std::to_string(t.numel()) + " values"};
-      if (op == reduce::mean) {
-        // Pre-dividing keeps the result exact for power-of-two world sizes and is free to do here.
-        t.div_(size_);
-        op = reduce::sum;
-      }
-      std::vector<torch::Tensor> v{t};
-      c10d::AllreduceOptions o;
-      o.reduceOp = to_c10d(op);
-      return {group_->allreduce(v, o), "allreduce of " + std::to_string(t.numel()) + " values"};
+        return {shm_->allreduce(call, t, op == reduce::mean), what};
+      return checked(call, [&] { return gloo_allreduce(t, op); }, what);
     }
 
     /// Copies root's `t` into every rank's `t`.
     Work broadcast(torch::Tensor& t, int root = 0) {
-      if (shm_ && t.device().is_cpu() && t.is_contiguous())
-        return {shm_->broadcast(t, root), "broadcast from rank " + std::to_string(root)};
-      std::vector<torch::Tensor> v{t};
-      c10d::BroadcastOptions o;
-      o.rootRank = root;
-      return {group_->broadcast(v, o), "broadcast from rank " + std::to_string(root)};
+      const auto call = describe(CollectiveCall::op::broadcast, root, t);
+      const std::string what = "broadcast from rank " + std::to_string(root);
+      if (shm_ && t.device().is_cpu() && t.is_contiguous()) return {shm_->broadcast(call, t, root), what};
+      return checked(call, [&] {
+        std::vector<torch::Tensor> v{t};
+        c10d::BroadcastOptions o;
+        o.rootRank = root;
+        return group_->broadcast(v, o);
+      }, what);
     }
 
     /// out[r] receives rank r's `in`; out must hold size() tensors shaped like `in`.
     Work allgather(std::vector<torch::Tensor>& out, const torch::Tensor& in) {
-      std::vector<std::vector<torch::Tensor>> outs{out};
-      std::vector<torch::Tensor> ins{in};
-      auto w = group_->allgather(outs, ins);
+      const auto call = describe(CollectiveCall::op::allgather, -1, in);
       // Gloo writes into the tensors it was given, which share storage with `out`.
-      return {w, "allgather of " + std::to_string(in.numel()) + " values"};
+      return checked(call, [&] {
+        std::vector<std::vector<torch::Tensor>> outs{out};
+        std::vector<torch::Tensor> ins{in};
+        return group_->allgather(outs, ins);
+      }, "allgather of " + std::to_string(in.numel()) + " values");
     }
 
     /// Flat allgather: rank r's `in` lands in out[r*n, (r+1)*n), n = in.numel(); `out` is
@@ -109,14 +112,17 @@ struct gloo_with_threads {
     Work allgather(torch::Tensor& out, const torch::Tensor& in) {
       const auto n = in.numel();
       check_flat(out, in, "allgather");
+      const auto call = describe(CollectiveCall::op::allgather, -1, in);
       const std::string what = "allgather of " + std::to_string(n) + " values";
       if (shm_ && out.device().is_cpu() && in.device().is_cpu())
-        return {shm_->allgather(out, in.contiguous()), what};
-      std::vector<torch::Tensor> views;
-      for (int r = 0; r < size_; ++r) views.push_back(out.narrow(0, r * n, n).view(in.sizes()));
-      std::vector<std::vector<torch::Tensor>> outs{views};
-      std::vector<torch::Tensor> ins{in.contiguous()};
-      return {group_->allgather(outs, ins), what};
+        return {shm_->allgather(call, out, in.contiguous()), what};
+      return checked(call, [&] {
+        std::vector<torch::Tensor> views;
+        for (int r = 0; r < size_; ++r) views.push_back(out.narrow(0, r * n, n).view(in.sizes()));
+        std::vector<std::vector<torch::Tensor>> outs{views};
+        std::vector<torch::Tensor> ins{in.contiguous()};
+        return group_->allgather(outs, ins);
+      }, what);
     }
 
     /// Reduce-scatter: `in` holds size()*n values; `out` (n values) receives the reduction over
@@ -132,17 +138,88 @@ struct gloo_with_threads {
     Work reduce_scatter(torch::Tensor& out, torch::Tensor& in, reduce op = reduce::sum) {
       const auto n = out.numel();
       check_flat(in, out, "reduce_scatter");
+      const auto call = describe(CollectiveCall::op::reduce_scatter, static_cast<std::int64_t>(op), in);
+      const std::string what = "reduce_scatter of " + std::to_string(in.numel()) + " values";
       if (shm_ && detail::shm_channel::supports(in) && out.is_contiguous() && (op == reduce::sum || op == reduce::mean))
-        return {shm_->reduce_scatter(out, in, op == reduce::mean), "reduce_scatter of " + std::to_string(in.numel()) + " values"};
+        return {shm_->reduce_scatter(call, out, in, op == reduce::mean), what};
       auto slice = in.narrow(0, rank_ * n, n);
-      return allreduce(in, op).then([out, slice]() mutable { out.view({-1}).copy_(slice); });
+      return checked(call, [&] { return gloo_allreduce(in, op); }, what).then([out, slice]() mutable {
+        out.view({-1}).copy_(slice);
+      });
     }
 
     void barrier() {
-      Work(group_->barrier(), "barrier").wait();
+      checked(describe(CollectiveCall::op::barrier, -1, torch::Tensor()), [&] { return group_->barrier(); }, "barrier")
+          .wait();
     }
 
+    /// Collectives this communicator has issued (the last one's CollectiveCall::seq).
+    std::uint64_t collectives() const { return seq_; }
+
    private:
+    CollectiveCall describe(CollectiveCall::op operation, std::int64_t argument, const torch::Tensor& t) {
+      return {operation, argument, t.defined() ? t.scalar_type() : c10::ScalarType::Undefined,
+              t.defined() ? t.numel() : 0, ++seq_};
+    }
+
+    // A collective over Gloo, preceded by the comparison of every rank's call. With the
+    // shared-memory channel the comparison runs there (one barrier, waited for here, so the
+    // channel and Gloo stay in one order); otherwise an allgather of the calls over Gloo, issued
+    // just before the collective (Gloo runs them in order on every rank) and checked when the
+    // collective is waited for: no extra round trip on the training thread.
+    template <class Issue>
+    Work checked(const CollectiveCall& call, Issue&& issue, std::string what) {
+      if (shm_) {
+        Work(shm_->check(call), what).wait();
+        return {issue(), std::move(what)};
+      }
+      const auto words = call.encode();
+      auto mine = torch::tensor(std::vector<std::int64_t>(words.begin(), words.end()), torch::kInt64);
+      auto all = torch::empty({size_ * CollectiveCall::words}, torch::kInt64);
+      std::vector<torch::Tensor> views;
+      for (int r = 0; r < size_; ++r) views.push_back(all.narrow(0, r * CollectiveCall::words, CollectiveCall::words));
+      std::vector<std::vector<torch::Tensor>> outs{views};
+      std::vector<torch::Tensor> ins{mine};
+      auto exchange = group_->allgather(outs, ins);
+      const int rank = rank_, world = size_;
+      return Work(issue(), std::move(what)).verified_by({}, [call, all, rank, world, exchange, stall = stall_check_] {
+        wait_watching(*exchange, stall, rank, call);
+        verify_same_call(rank, call, all.data_ptr<std::int64_t>(), world);
+      });
+    }
+
+    // Waits for the exchange of the calls, running `stall` about once a second meanwhile (the
+    // context's check for failed, departed or silent peers), so a peer that stopped is named
+    // within the heartbeat timeout, not at the collective timeout.
+    static void wait_watching(c10d::Work& exchange, const std::function<void()>& stall, int rank,
+                              const CollectiveCall& call) {
+      for (;;) {
+        try {
+          if (exchange.wait(std::chrono::milliseconds(1000))) return;
+        } catch (const std::exception&) {
+          if (exchange.isCompleted()) throw;  // failed, not merely not done yet
+        }
+        if (!stall) continue;
+        try {
+          stall();
+        } catch (const std::exception& e) {
+          throw WorkerError(std::string(e.what()) + " [rank " + std::to_string(rank) + " was in " + call.describe() + "]");
+        }
+      }
+    }
+
+    c10::intrusive_ptr<c10d::Work> gloo_allreduce(torch::Tensor& t, reduce op) {
+      if (op == reduce::mean) {
+        // Pre-dividing keeps the result exact for power-of-two world sizes and is free to do here.
+        t.div_(size_);
+        op = reduce::sum;
+      }
+      std::vector<torch::Tensor> v{t};
+      c10d::AllreduceOptions o;
+      o.reduceOp = to_c10d(op);
+      return group_->allreduce(v, o);
+    }
+
     // `whole` must be the contiguous concatenation of size() pieces shaped like `piece`.
     void check_flat(const torch::Tensor& whole, const torch::Tensor& piece, const char* op) const {
       if (!whole.is_contiguous() || whole.numel() != piece.numel() * size_ || whole.scalar_type() != piece.scalar_type())
@@ -170,6 +247,8 @@ struct gloo_with_threads {
     }
 
     int rank_, size_;
+    std::uint64_t seq_ = 0;
+    std::function<void()> stall_check_;
     c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
     std::unique_ptr<detail::shm_channel> shm_;
   };

@@ -135,7 +135,7 @@ struct nccl {
       if (op == reduce::mean && !t.is_floating_point())
         throw ConfigError("backend::nccl: a mean allreduce needs a floating-point tensor; reduce integers with sum");
       const auto what = "allreduce of " + std::to_string(t.numel()) + " values";
-      return run(what, {t}, [&](cudaStream_t s) {
+      return run(what, describe(CollectiveCall::op::allreduce, static_cast<std::int64_t>(op), t), {t}, [&](cudaStream_t s) {
         return ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), nccl_detail::to_nccl(t.scalar_type()),
                              nccl_detail::to_nccl(op), comm_, s);
       });
@@ -143,7 +143,8 @@ struct nccl {
 
     /// Copies root's `t` into every rank's `t`.
     Work broadcast(torch::Tensor& t, int root = 0) {
-      return run("broadcast from rank " + std::to_string(root), {t}, [&](cudaStream_t s) {
+      return run("broadcast from rank " + std::to_string(root), describe(CollectiveCall::op::broadcast, root, t), {t},
+                 [&](cudaStream_t s) {
         return ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), nccl_detail::to_nccl(t.scalar_type()), root,
                              comm_, s);
       });
@@ -157,7 +158,8 @@ struct nccl {
         throw ConfigError("backend::nccl: allgather into " + std::to_string(out_full_flat.numel()) + " values from a " +
                           std::to_string(in_shard.numel()) + "-value shard at world size " + std::to_string(size_) +
                           "; the output must hold world size x shard values");
-      return run("allgather of " + std::to_string(in_shard.numel()) + " values", {out_full_flat, in_shard},
+      return run("allgather of " + std::to_string(in_shard.numel()) + " values",
+                 describe(CollectiveCall::op::allgather, -1, in_shard), {out_full_flat, in_shard},
                  [&](cudaStream_t s) {
                    return ncclAllGather(in_shard.data_ptr(), out_full_flat.data_ptr(), in_shard.numel(),
                                         nccl_detail::to_nccl(in_shard.scalar_type()), comm_, s);
@@ -185,7 +187,8 @@ struct nccl {
                           "; the input must hold world size x shard values");
       if (op == reduce::mean && !in_full.is_floating_point())
         throw ConfigError("backend::nccl: a mean reduce_scatter needs a floating-point tensor");
-      return run("reduce_scatter of " + std::to_string(in_full.numel()) + " values", {out_shard, in_full},
+      return run("reduce_scatter of " + std::to_string(in_full.numel()) + " values",
+                 describe(CollectiveCall::op::reduce_scatter, static_cast<std::int64_t>(op), in_full), {out_shard, in_full},
                  [&](cudaStream_t s) {
                    return ncclReduceScatter(in_full.data_ptr(), out_shard.data_ptr(), out_shard.numel(),
                                             nccl_detail::to_nccl(in_full.scalar_type()), nccl_detail::to_nccl(op),
@@ -278,8 +281,38 @@ struct nccl {
       }
     }
 
+    CollectiveCall describe(CollectiveCall::op operation, std::int64_t argument, const torch::Tensor& t) {
+      return {operation, argument, t.scalar_type(), t.numel(), ++seq_};
+    }
+
+    // Every rank's CollectiveCall, gathered on the communication stream just before the collective
+    // (a fixed-size gather, so it completes even when the calls differ) and copied to pinned host
+    // memory; the returned check waits for that copy and compares the calls.
+    std::function<void()> exchange_calls(const CollectiveCall& call) {
+      const auto words = call.encode();
+      const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+      auto mine = torch::tensor(std::vector<std::int64_t>(words.begin(), words.end()), i64).pin_memory();
+      auto on_device = torch::empty({(size_ + 1) * CollectiveCall::words}, i64.device(device_));
+      auto all = torch::empty({size_ * CollectiveCall::words}, i64.pinned_memory(true));
+      auto gathered = std::make_shared<detail::cuda_event>();
+      {
+        c10::cuda::CUDAStreamGuard on_stream(stream_);
+        on_device.narrow(0, 0, CollectiveCall::words).copy_(mine, /*non_blocking=*/true);
+        check(ncclAllGather(on_device.data_ptr<std::int64_t>(), on_device.data_ptr<std::int64_t>() + CollectiveCall::words,
+                            CollectiveCall::words, ncclInt64, comm_, stream_.stream()),
+              "the exchange of the ranks' calls before " + call.describe());
+        all.copy_(on_device.narrow(0, CollectiveCall::words, size_ * CollectiveCall::words), /*non_blocking=*/true);
+        gathered->record(stream_);
+      }
+      return [call, all, gathered, rank = rank_, world = size_] {
+        while (!gathered->query()) std::this_thread::sleep_for(std::chrono::microseconds(20));
+        verify_same_call(rank, call, all.data_ptr<std::int64_t>(), world);
+      };
+    }
+
     template <class Launch>
-    Work run(const std::string& what, std::initializer_list<torch::Tensor> tensors, Launch&& launch) {
+    Work run(const std::string& what, const CollectiveCall& call, std::initializer_list<torch::Tensor> tensors,
+             Launch&& launch) {
       state_->rethrow();
       for (const auto& t : tensors) {
         if (!t.is_cuda() || t.device() != device_)
@@ -297,6 +330,7 @@ struct nccl {
       // The tensors are in use on the communication stream until the collective ends: the caching
       // allocator must not reuse their memory before then, even if the caller drops them.
       for (const auto& t : tensors) c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), stream_);
+      auto verify = exchange_calls(call);
       auto p = std::make_shared<nccl_detail::pending>();
       p->what = on_rank(what);
       check(launch(stream_.stream()), what);
@@ -305,7 +339,7 @@ struct nccl {
         std::lock_guard<std::mutex> lock(mutex_);
         in_flight_.push_back(p);
       }
-      return {std::make_shared<nccl_detail::completion>(p, state_, device_), what};
+      return Work(std::make_shared<nccl_detail::completion>(p, state_, device_), what).verified_by({}, std::move(verify));
     }
 
     void abort() {
@@ -377,6 +411,7 @@ struct nccl {
     }
 
     int rank_, size_;
+    std::uint64_t seq_ = 0;
     std::chrono::milliseconds timeout_;
     torch::Device device_;
     c10::cuda::CUDAStream stream_;

@@ -17,7 +17,7 @@ DTRAIN_NAMESPACE_BEGIN
 template <class Policies>
 Context<Policies>::Context(const launch::WorkerIdentity& who, c10::intrusive_ptr<c10d::Store> store, const ScalingConfig& scaling,
         const RunConfig& run)
-    : group_(who, std::move(store), run.collective_timeout),
+    : group_(who, std::move(store), run.collective_timeout, run.failure.heartbeat_timeout),
       scaling_(scaling),
       run_(run),
       dir_(run.path()),

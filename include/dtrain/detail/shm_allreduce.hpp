@@ -23,6 +23,7 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -30,6 +31,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/types.h>
 
+#include <dtrain/collective.hpp>
 #include <dtrain/error.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -47,6 +49,11 @@ inline void cpu_relax() {
 /// A shared segment for `world` ranks of one host, with one worker thread that runs the queued
 /// collectives in submission order (the order must be the same on every rank, as for any
 /// collective). Throws WorkerError when a peer does not arrive within the timeout.
+///
+/// Every collective carries its CollectiveCall: each rank writes it into the header before the
+/// collective's first barrier and compares every rank's right after it, so ranks that issued
+/// different collectives get CollectiveMismatch before any of them reads another's bytes (and
+/// without a barrier of its own: the check rides on the first one the collective has anyway).
 class shm_channel {
  public:
   /// Bytes each rank stages per round; larger tensors go in rounds of this size.
@@ -95,22 +102,27 @@ class shm_channel {
   }
 
   /// Sums `t` (contiguous float or double, CPU) over ranks in place, divided by world if `mean`.
-  std::shared_future<void> allreduce(torch::Tensor t, bool mean) {
-    return submit([this, t, mean]() mutable { allreduce_now(t, mean); });
+  std::shared_future<void> allreduce(const CollectiveCall& call, torch::Tensor t, bool mean) {
+    return submit(call, [this, t, mean]() mutable { allreduce_now(t, mean); });
   }
   /// Copies root's `t` into every rank's `t`.
-  std::shared_future<void> broadcast(torch::Tensor t, int root) {
-    return submit([this, t, root]() mutable { broadcast_now(t, root); });
+  std::shared_future<void> broadcast(const CollectiveCall& call, torch::Tensor t, int root) {
+    return submit(call, [this, t, root]() mutable { broadcast_now(t, root); });
   }
   /// Rank r's `piece` (contiguous, any dtype) into out[r*n, (r+1)*n), n = piece.numel(), on
   /// every rank: each rank copies its piece in once and every piece out once.
-  std::shared_future<void> allgather(torch::Tensor out, torch::Tensor piece) {
-    return submit([this, out, piece]() mutable { allgather_now(out, piece); });
+  std::shared_future<void> allgather(const CollectiveCall& call, torch::Tensor out, torch::Tensor piece) {
+    return submit(call, [this, out, piece]() mutable { allgather_now(out, piece); });
   }
   /// `out` (n values) = sum (or mean) over ranks of in[rank*n, (rank+1)*n): each rank copies all
   /// of `in` in, reduces only its slice and copies only that out (`in` is left unchanged).
-  std::shared_future<void> reduce_scatter(torch::Tensor out, torch::Tensor in, bool mean) {
-    return submit([this, out, in, mean]() mutable { reduce_scatter_now(out, in, mean); });
+  std::shared_future<void> reduce_scatter(const CollectiveCall& call, torch::Tensor out, torch::Tensor in, bool mean) {
+    return submit(call, [this, out, in, mean]() mutable { reduce_scatter_now(out, in, mean); });
+  }
+  /// Only the comparison of the ranks' calls (one barrier), for a collective that then runs
+  /// elsewhere (over Gloo): the communicator waits for it before it issues that collective.
+  std::shared_future<void> check(const CollectiveCall& call) {
+    return submit(call, [] {});
   }
 
   /// Called about once a second while a collective waits for a peer; it may throw to give up early
@@ -138,13 +150,29 @@ class shm_channel {
     timespec ts{0, ns};
     syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT, seen, &ts, nullptr, 0);
   }
-  std::size_t header_bytes() const { return ((world_ * sizeof(counter) + 4095) / 4096) * 4096; }
+  // The header: a phase counter per rank, then two generations of every rank's CollectiveCall
+  // (a rank writes its next call while a slower one may still read the current one).
+  std::size_t calls_offset() const { return world_ * sizeof(counter); }
+  std::size_t header_bytes() const {
+    return ((calls_offset() + 2 * world_ * CollectiveCall::words * sizeof(std::int64_t) + 4095) / 4096) * 4096;
+  }
   counter& arrived(int r) { return reinterpret_cast<counter*>(base_)[r]; }
+  std::int64_t* calls(std::uint64_t generation) {
+    return reinterpret_cast<std::int64_t*>(base_ + calls_offset()) + (generation % 2) * world_ * CollectiveCall::words;
+  }
   char* slot(int r) { return base_ + header_bytes() + r * slot_bytes; }
   char* result(int r) { return base_ + header_bytes() + (world_ + r) * slot_bytes; }
 
-  std::shared_future<void> submit(std::function<void()> job) {
-    std::packaged_task<void()> task(std::move(job));
+  std::shared_future<void> submit(const CollectiveCall& call, std::function<void()> op) {
+    std::packaged_task<void()> task([this, call, op = std::move(op)] {
+      const auto words = call.encode();
+      ++generation_;
+      std::memcpy(calls(generation_) + rank_ * CollectiveCall::words, words.data(), sizeof words);
+      checking_ = call;
+      current_ = call;
+      op();
+      if (checking_) barrier();  // a collective without a barrier of its own (no elements)
+    });
     std::shared_future<void> done = task.get_future().share();
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -188,13 +216,24 @@ class shm_channel {
         futex_wait(&arrived(r).value, seen, 20'000'000);  // 20 ms, then look at the clock
         const auto now = std::chrono::steady_clock::now();
         if (now > start + timeout_)
-          throw WorkerError("shared-memory collective: rank " + std::to_string(r) + " did not arrive within " +
-                            std::to_string(timeout_.count()) + " ms (it died, hangs, or issued other collectives)");
+          throw WorkerError("shared-memory collective: rank " + std::to_string(r) + " did not arrive at " +
+                            current_.describe() + " within " + std::to_string(timeout_.count()) +
+                            " ms (it died, hangs, or issued other collectives)");
         if (now > next_check && stall_check_) {
-          stall_check_();
+          try {
+            stall_check_();
+          } catch (const std::exception& e) {
+            throw WorkerError(std::string(e.what()) + " [rank " + std::to_string(rank_) + " was in " +
+                              current_.describe() + "; rank " + std::to_string(r) + " had not arrived]");
+          }
           next_check = now + std::chrono::seconds(1);
         }
       }
+    }
+    // Every rank has written its call before it arrived here: compare them before any data moves.
+    if (checking_) {
+      const CollectiveCall mine = *std::exchange(checking_, std::nullopt);
+      verify_same_call(rank_, mine, calls(generation_), world_);
     }
   }
 
@@ -280,6 +319,9 @@ class shm_channel {
   char* base_ = nullptr;
   static constexpr int spin_count = 2000;  // a few microseconds
   std::uint32_t phase_ = 0;
+  std::optional<CollectiveCall> checking_;  // the call to verify at the next barrier
+  CollectiveCall current_;                  // the collective running (named when a peer is missing)
+  std::uint64_t generation_ = 0;            // collectives run on this channel (the calls' buffer)
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<std::packaged_task<void()>> queue_;

@@ -21,6 +21,9 @@ struct WorkerIdentity {
   int master_port = 0;
   /// The rendezvous store is hosted by dtrain's driver; otherwise rank 0 hosts it (env://).
   bool store_on_driver = false;
+  /// torchrun's agent hosts the store at MASTER_ADDR:MASTER_PORT (its static rendezvous sets
+  /// TORCHELASTIC_USE_AGENT_STORE=True): every rank, rank 0 too, connects to it as a client.
+  bool store_on_agent = false;
   /// How many times dtrain's driver restarted the group before this one (0 for the first).
   int attempt = 0;
   /// "dtrain", "torchrun", "slurm" or "openmpi".
@@ -55,6 +58,31 @@ inline int env_int(const char* name, int fallback, bool required = false) {
     throw ConfigError(std::string("environment variable ") + name + "=\"" + *v +
                       "\" is not an integer");
   }
+}
+/// The task count of node `node` in Slurm's per-node list ("2(x3),1": 2 tasks on each of the first
+/// three nodes, then 1), as SLURM_STEP_TASKS_PER_NODE gives it.
+inline int slurm_tasks_on_node(const std::string& list, int node) {
+  std::size_t at = 0;
+  int index = 0;
+  while (at < list.size()) {
+    std::size_t used = 0;
+    int tasks = 0, repeat = 1;
+    try {
+      tasks = std::stoi(list.substr(at), &used);
+      at += used;
+      if (list.compare(at, 2, "(x") == 0) {
+        repeat = std::stoi(list.substr(at + 2), &used);
+        at += 2 + used + 1;  // past ")"
+      }
+    } catch (const std::exception&) {
+      break;
+    }
+    if (node < index + repeat) return tasks;
+    index += repeat;
+    if (at < list.size() && list[at] == ',') ++at;
+  }
+  throw ConfigError("SLURM_STEP_TASKS_PER_NODE=\"" + list + "\" gives no task count for node " + std::to_string(node) +
+                    "; run the workers inside an srun step");
 }
 }  // namespace detail
 
@@ -92,14 +120,17 @@ inline std::optional<WorkerIdentity> detect_worker() {
     w.local_world_size = env_int("LOCAL_WORLD_SIZE", w.world_size);
     w.node_rank = env_int("GROUP_RANK", w.local_world_size ? w.rank / w.local_world_size : 0);
     w.store_on_driver = env(env_store_on_driver).has_value();
+    w.store_on_agent = !w.store_on_driver && env("TORCHELASTIC_USE_AGENT_STORE") == std::optional<std::string>("True");
     w.attempt = env_int(env_attempt, env_int("TORCHELASTIC_RESTART_COUNT", 0));
     w.launcher = w.store_on_driver ? "dtrain" : "torchrun";
   } else if (env("SLURM_PROCID") && env("SLURM_STEP_NUM_TASKS")) {
     w.rank = env_int("SLURM_PROCID", 0);
     w.world_size = env_int("SLURM_STEP_NUM_TASKS", 1);
     w.local_rank = env_int("SLURM_LOCALID", 0);
-    w.local_world_size = env_int("SLURM_STEP_TASKS_PER_NODE", env_int("SLURM_NTASKS_PER_NODE", 1));
     w.node_rank = env_int("SLURM_NODEID", 0);
+    const auto per_node = env("SLURM_STEP_TASKS_PER_NODE");
+    w.local_world_size = per_node ? detail::slurm_tasks_on_node(*per_node, w.node_rank)
+                                  : env_int("SLURM_NTASKS_PER_NODE", 1);
     w.launcher = "slurm";
   } else if (env("OMPI_COMM_WORLD_RANK")) {
     w.rank = env_int("OMPI_COMM_WORLD_RANK", 0);

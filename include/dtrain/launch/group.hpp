@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -14,6 +15,7 @@
 
 #include <dtrain/error.hpp>
 #include <dtrain/launch/environment.hpp>
+#include <dtrain/launch/heartbeat.hpp>
 #include <dtrain/launch/rendezvous.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -28,8 +30,12 @@ namespace launch {
 /// the others tell "left early" from "slow".
 class Group {
  public:
-  Group(const WorkerIdentity& who, c10::intrusive_ptr<c10d::Store> store, std::chrono::milliseconds timeout)
-      : who_(who), store_(std::move(store)), timeout_(timeout) {}
+  /// `heartbeat_timeout` (FailureConfig::heartbeat_timeout; 0: off): how long a peer's heartbeat
+  /// may stand still before a rank waiting for it fails naming it (see launch/heartbeat.hpp).
+  Group(const WorkerIdentity& who, c10::intrusive_ptr<c10d::Store> store, std::chrono::milliseconds timeout,
+        std::chrono::milliseconds heartbeat_timeout = std::chrono::milliseconds(0))
+      : who_(who), store_(std::move(store)), timeout_(timeout),
+        heartbeat_(std::make_unique<Heartbeat>(who, *store_, heartbeat_timeout)) {}
 
   const WorkerIdentity& identity() const { return who_; }
   int rank() const { return who_.rank; }
@@ -70,6 +76,7 @@ class Group {
   /// with fewer than `reports` report() calls (a negative `reports`: returned at all).
   void check_peers(const std::string& what, std::int64_t reports = -1) const {
     check_errors(what);
+    heartbeat_->watch(*store_, what);
     for (int r = 0; r < who_.world_size; ++r) {
       const auto fk = key(finished_key(r));
       if (r == who_.rank || !store_->check({fk})) continue;
@@ -123,6 +130,7 @@ class Group {
   WorkerIdentity who_;
   c10::intrusive_ptr<c10d::Store> store_;
   std::chrono::milliseconds timeout_;
+  std::unique_ptr<Heartbeat> heartbeat_;  // a pointer: check_peers() is const, watching is not
 };
 
 }  // namespace launch

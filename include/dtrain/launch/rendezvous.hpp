@@ -79,11 +79,12 @@ inline c10::intrusive_ptr<c10d::TCPStore> host_store(const std::string& addr, in
   }
 }
 
-/// The store this worker uses: a client of the driver's, or under an external launcher hosted by
-/// rank 0 at MASTER_ADDR:MASTER_PORT as torch's env:// does.
+/// The store this worker uses: a client of the driver's or of torchrun's agent's (its static
+/// rendezvous hosts one on MASTER_PORT), or under another launcher hosted by rank 0 at
+/// MASTER_ADDR:MASTER_PORT as torch's env:// does.
 inline c10::intrusive_ptr<c10d::Store> connect_store(const WorkerIdentity& w,
                                                      std::chrono::milliseconds timeout) {
-  if (!w.store_on_driver && w.rank == 0) return host_store(w.master_addr, w.master_port, timeout);
+  if (!w.store_on_driver && !w.store_on_agent && w.rank == 0) return host_store(w.master_addr, w.master_port, timeout);
   c10d::TCPStoreOptions o;
   o.port = static_cast<std::uint16_t>(w.master_port);
   o.isServer = false;

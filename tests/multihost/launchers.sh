@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# 2 hosts x 2 workers under a real launcher, on network namespaces made for the test
+# (scripts/netns-hosts): the Fashion-MNIST example must reach the parameters of 4 workers on one
+# host (dtrain's own driver) within 1e-5, and rank 0 must have written the run's checkpoint.
+#
+#   launchers.sh torchrun|torchrun_static|mpirun|slurm FASHION_MNIST_BINARY WORK_DIR
+#
+# torchrun: the c10d rendezvous (rank 0 hosts dtrain's store on the port torchrun picks);
+# torchrun_static: --master_addr/--master_port with --node_rank (torchrun's agent hosts the store on
+# MASTER_PORT and every worker connects to it as a client);
+# slurm: Debian's slurm-wlm, a slurmctld on host 0 and a slurmd on each host (tests/multihost/slurm-node),
+# no munge (auth/none), and `srun --nodes 2 --ntasks-per-node 2` from host 0.
+#
+# Exits 77 (skipped) when network namespaces cannot be made, 1 with the reason on a failure.
+set -euo pipefail
+launcher=$1 bin=$(realpath "$2") work=$3
+self=$(realpath "$0")
+root=$(cd "$(dirname "$self")/../.." && pwd)
+steps=${DTRAIN_MULTIHOST_STEPS:-12}
+args=(--model mlp --global-batch 64 --max-steps "$steps" --seed 5 --quiet --keep-checkpoints 1)
+if [[ ${DTRAIN_IN_HOSTS:-} == 1 ]]; then
+  # Inside the namespaces: the launcher on each host.
+  case $launcher in
+    torchrun)
+      # One agent per host; host 0 hosts the c10d rendezvous at its address.
+      for i in 0 1; do
+        "$root/scripts/netns-hosts" on "$i" -- /usr/bin/python3 -m torch.distributed.run \
+          --nnodes 2 --nproc_per_node 2 --rdzv_backend c10d --rdzv_endpoint "$DTRAIN_HOST_0:29400" \
+          --rdzv_id dtrain-test --redirects 2 --tee 2 --max_restarts 0 --no_python \
+          "$bin" "${args[@]}" --workers 4 --storage-path "$work/launched" --name ref >"$work/host$i.log" 2>&1 &
+        pids[i]=$!
+      done
+      status=0
+      for i in 0 1; do wait "${pids[i]}" || status=$?; done
+      exit $status
+      ;;
+    torchrun_static)
+      for i in 0 1; do
+        "$root/scripts/netns-hosts" on "$i" -- /usr/bin/python3 -m torch.distributed.run \
+          --nnodes 2 --nproc_per_node 2 --node_rank "$i" --master_addr "$DTRAIN_HOST_0" --master_port 29401 \
+          --redirects 2 --tee 2 --max_restarts 0 --no_python \
+          "$bin" "${args[@]}" --workers 4 --storage-path "$work/launched" --name ref >"$work/host$i.log" 2>&1 &
+        pids[i]=$!
+      done
+      status=0
+      for i in 0 1; do wait "${pids[i]}" || status=$?; done
+      exit $status
+      ;;
+    mpirun)
+      # Open MPI reaches host 1 through its "rsh agent": a script that enters that host's
+      # namespaces where it would run ssh (tests/multihost/netns-rsh).
+      printf '%s slots=2\n%s slots=2\n' dtrain-host0 dtrain-host1 >"$work/hostfile"
+      exec "$root/scripts/netns-hosts" on 0 -- mpirun --allow-run-as-root -np 4 --hostfile "$work/hostfile" \
+        --mca plm_rsh_agent "$root/tests/multihost/netns-rsh" --mca btl self,tcp \
+        --mca btl_tcp_if_include 192.0.2.0/24 --mca oob_tcp_if_include 192.0.2.0/24 \
+        -x MASTER_ADDR=dtrain-host0 -x MASTER_PORT=29511 \
+        "$bin" "${args[@]}" --workers 4 --storage-path "$work/launched" --name ref >"$work/mpirun.log" 2>&1
+      ;;
+    slurm)
+      export SLURM_CONF=$work/slurm/slurm.conf
+      mkdir -p "$work/slurm/state" "$work/slurm/spool-dtrain-host0" "$work/slurm/spool-dtrain-host1"
+      sed "s|@DIR@|$work/slurm|g" "$root/tests/multihost/slurm.conf.in" >"$SLURM_CONF"
+      "$root/scripts/netns-hosts" on 0 -- slurmctld -D -f "$SLURM_CONF" >"$work/slurm/slurmctld.out" 2>&1 &
+      daemons=($!)
+      for i in 0 1; do
+        "$root/scripts/netns-hosts" on "$i" -- "$root/tests/multihost/slurm-node" "dtrain-host$i" \
+          >"$work/slurm/slurmd-$i.out" 2>&1 &
+        daemons+=($!)
+      done
+      trap 'kill "${daemons[@]}" 2>/dev/null; wait' EXIT
+      for _ in $(seq 100); do # both nodes idle: the daemons registered
+        [[ $("$root/scripts/netns-hosts" on 0 -- sinfo -h -o %t 2>/dev/null) == idle ]] && break
+        sleep 0.2
+      done
+      "$root/scripts/netns-hosts" on 0 -- timeout 240 srun --nodes 2 --ntasks-per-node 2 \
+        --export=ALL,MASTER_ADDR=dtrain-host0,MASTER_PORT=29512 \
+        "$bin" "${args[@]}" --workers 4 --storage-path "$work/launched" --name ref >"$work/srun.log" 2>&1
+      exit $?
+      ;;
+    *) echo "launchers.sh: the launcher must be torchrun or mpirun, not $launcher" >&2; exit 2 ;;
+  esac
+fi
+
+rm -rf "$work"
+mkdir -p "$work"
+cd "$work"
+# The reference: 4 workers on one host, dtrain's own driver, its collectives on Gloo as across
+# hosts (shared memory sums in another order, which Adam turns into differences far above 1e-5).
+DTRAIN_SHARED_MEMORY=0 "$bin" "${args[@]}" --workers 4 --storage-path "$work/one_host" --name ref >"$work/one_host.log" 2>&1 ||
+  { cat "$work/one_host.log"; echo "launchers.sh: the one-host reference run failed" >&2; exit 1; }
+
+set +e
+DTRAIN_IN_HOSTS=1 "$root/scripts/netns-hosts" --hosts 2 -- "$self" "$launcher" "$bin" "$work"
+status=$?
+set -e
+[[ $status == 77 ]] && exit 77
+if [[ $status != 0 ]]; then
+  tail -n 30 "$work"/host*.log "$work"/mpirun.log "$work"/srun.log "$work"/slurm/*.out 2>/dev/null || true
+  echo "launchers.sh: the $launcher run across 2 hosts failed (status $status)" >&2
+  exit 1
+fi
+
+# Both runs' final checkpoints, compared tensor by tensor (Python reads model.pt with weights_only).
+/usr/bin/python3 - "$work/one_host/ref" "$work/launched/ref" <<'EOF'
+import glob, sys, torch
+def final(run):
+    cks = sorted(glob.glob(run + "/checkpoint_*/model.pt"))
+    if not cks:
+        sys.exit(f"launchers.sh: no checkpoint in {run}: rank 0 did not write the run directory")
+    return torch.load(cks[-1], weights_only=True), cks[-1]
+(a, pa), (b, pb) = final(sys.argv[1]), final(sys.argv[2])
+if a.keys() != b.keys():
+    sys.exit(f"launchers.sh: {pa} and {pb} hold different tensors")
+worst = 0.0
+for k in a:
+    worst = max(worst, ((a[k] - b[k]).abs().max() / a[k].abs().max().clamp_min(1e-12)).item())
+print(f"max relative difference {worst:.3g} over {len(a)} tensors ({pa} vs {pb})")
+sys.exit(0 if worst <= 1e-5 else 1)
+EOF
