@@ -21,8 +21,8 @@ namespace checkpointer::detail {
 
 /// Sets every param group's options of `optimizer` to those saved in `archive` (written by
 /// `optimizer.save()`, the layout of torch/optim/serialize.h: param_groups/param_groups/I/options).
-/// Each group's options read themselves (OptimizerOptions::serialize, virtual), so SGD, Adam,
-/// AdamW, RMSprop, Adagrad and LBFGS all restore every option they save. Throws Error when the
+/// Each group's options read themselves (OptimizerOptions::serialize, virtual), so every option
+/// an optimizer saves comes back (tested for SGD, Adam, AdamW, RMSprop and Adagrad). Throws Error when the
 /// archive holds another number of groups (`source` names it).
 inline void restore_group_options(torch::optim::Optimizer& optimizer, torch::serialize::InputArchive& archive,
                                   const std::string& source) {
