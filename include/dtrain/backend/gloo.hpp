@@ -2,6 +2,7 @@
 #pragma once
 // backend::gloo: collectives over c10d's ProcessGroupGloo (CPU tensors, TCP).
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -64,6 +65,15 @@ struct gloo_with_threads {
     void on_stall(std::function<void()> check) {
       stall_check_ = check;
       if (shm_) shm_->on_stall(std::move(check));
+    }
+
+    communicator(const communicator&) = delete;
+    communicator& operator=(const communicator&) = delete;
+    ~communicator() {
+      // A collective given up on (a silent peer, mismatched calls) may still block one of Gloo's
+      // threads until the collective timeout, and destroying the process group would wait for it:
+      // leave it to the process's exit, so the error is reported at once.
+      if (abandoned_->load()) (void)group_.release();
     }
 
     int rank() const { return rank_; }
@@ -182,10 +192,16 @@ struct gloo_with_threads {
       std::vector<torch::Tensor> ins{mine};
       auto exchange = group_->allgather(outs, ins);
       const int rank = rank_, world = size_;
-      return Work(issue(), std::move(what)).verified_by({}, [call, all, rank, world, exchange, stall = stall_check_] {
-        wait_watching(*exchange, stall, rank, call);
-        verify_same_call(rank, call, all.data_ptr<std::int64_t>(), world);
-      });
+      return Work(issue(), std::move(what))
+          .verified_by({}, [call, all, rank, world, exchange, stall = stall_check_, abandoned = abandoned_] {
+            try {
+              wait_watching(*exchange, stall, rank, call);
+              verify_same_call(rank, call, all.data_ptr<std::int64_t>(), world);
+            } catch (...) {
+              abandoned->store(true);
+              throw;
+            }
+          });
     }
 
     // Waits for the exchange of the calls, running `stall` about once a second meanwhile (the
@@ -249,6 +265,7 @@ struct gloo_with_threads {
     int rank_, size_;
     std::uint64_t seq_ = 0;
     std::function<void()> stall_check_;
+    std::shared_ptr<std::atomic<bool>> abandoned_ = std::make_shared<std::atomic<bool>>(false);
     c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
     std::unique_ptr<detail::shm_channel> shm_;
   };
