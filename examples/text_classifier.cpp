@@ -78,15 +78,15 @@ struct TextClassifierImpl : torch::nn::Module {
     embedding = register_module("embedding", torch::nn::Embedding(torch::nn::EmbeddingOptions(vocab, 128).padding_idx(0)));
     if (transformer)
       encoder = register_module(
-          "encoder", torch::nn::TransformerEncoder(
-                         torch::nn::TransformerEncoderLayerOptions(128, 4).dim_feedforward(256).dropout(0.1), 2));
+          "encoder", torch::nn::TransformerEncoder(torch::nn::TransformerEncoderOptions(
+                         torch::nn::TransformerEncoderLayerOptions(128, 4).dim_feedforward(256).dropout(0.1), 2)));
     head = register_module("head", torch::nn::Linear(128, classes));
   }
   torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& mask) {
     auto h = embedding(ids);
     const auto pad = mask.eq(0);
     // LibTorch 1.13's encoder takes [sequence, batch, feature].
-    if (!encoder.is_empty()) h = encoder(h.transpose(0, 1), {}, pad).transpose(0, 1);
+    if (!encoder.is_empty()) h = encoder->forward(h.transpose(0, 1), torch::Tensor(), pad).transpose(0, 1);
     const auto keep = mask.unsqueeze(-1).to(h.dtype());
     return head((h * keep).sum(1) / keep.sum(1).clamp_min(1));
   }
