@@ -74,6 +74,9 @@ void communicator_calls(dtrain::backend::nccl::communicator& comm, torch::Tensor
 void pieces(const dtrain::data::TensorDataset& ds, torch::optim::SGD& sgd) {
   std::vector<dtrain::data::Batch> v{ds.get_batch(torch::arange(4))};
   for (const auto& b : dtrain::data::prefetch(v, dtrain::data::cuda_transfer(torch::Device(torch::kCUDA, 0)))) (void)b;
+  // Batches of named fields take the same path.
+  std::vector<dtrain::data::Fields> named{{{"input_ids", torch::ones({4, 3}, torch::kInt64)}, {"label", torch::zeros({4})}}};
+  for (const auto& b : dtrain::data::prefetch(named, dtrain::data::cuda_transfer(torch::Device(torch::kCUDA, 0)))) (void)b;
   dtrain::precision::GradScaler scaler(torch::Device(torch::kCUDA, 0));
   scaler.step(sgd);
   dtrain::precision::amp<dtrain::precision::fp16>::state state(torch::Device(torch::kCUDA, 0));

@@ -1,0 +1,251 @@
+// SPDX-License-Identifier: Apache-2.0
+// Made-With-ML-style text classification on a CSV corpus (scripts/make-text-corpus), the same
+// work as ../shared/peers/text_peer.py: title + description tokenised by a word-level vocabulary
+// fitted on the stratified training split, a transformer encoder (or a bag of embeddings) over the
+// padded ids, validation every epoch, the best checkpoint by val_loss, per-class precision /
+// recall / F1 on holdout.csv from that checkpoint, predictions for raw strings, and one JSON line
+// with the peer's keys.
+//
+//   text_classifier --data DIR [--model transformer|bag] [--workers N] [--threads-per-worker N]
+//       [--global-batch N] [--epochs N] [--max-steps N] [--max-len N] [--vocab N] [--seed N]
+//       [--loader-threads N] [--storage-path DIR] [--name NAME]
+
+#include <dtrain/data/collate.hpp>
+#include <dtrain/data/csv.hpp>
+#include <dtrain/data/pipeline.hpp>
+#include <dtrain/data/preprocess.hpp>
+#include <dtrain/data/splits.hpp>
+#include <dtrain/dtrain.hpp>
+#include <dtrain/evaluation/validation.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+namespace data = dtrain::data;
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+struct Options {
+  std::string data_dir, model = "transformer", storage = "text_runs", name = "text_classifier";
+  int workers = 2, threads = 1, loader_threads = 2;
+  std::int64_t global_batch = 64, epochs = 1, max_steps = 0, max_len = 128, vocab = 20000, seed = 0;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; i += 2) {
+    const std::string f = argv[i];
+    if (i + 1 >= argc) throw std::invalid_argument(f + " needs a value");
+    const std::string v = argv[i + 1];
+    if (f == "--data") o.data_dir = v;
+    else if (f == "--model") o.model = v;
+    else if (f == "--workers") o.workers = std::stoi(v);
+    else if (f == "--threads-per-worker") o.threads = std::stoi(v);
+    else if (f == "--global-batch") o.global_batch = std::stoll(v);
+    else if (f == "--epochs") o.epochs = std::stoll(v);
+    else if (f == "--max-steps") o.max_steps = std::stoll(v);
+    else if (f == "--max-len") o.max_len = std::stoll(v);
+    else if (f == "--vocab") o.vocab = std::stoll(v);
+    else if (f == "--seed") o.seed = std::stoll(v);
+    else if (f == "--loader-threads") o.loader_threads = std::stoi(v);
+    else if (f == "--storage-path") o.storage = v;
+    else if (f == "--name") o.name = v;
+    else throw std::invalid_argument("unknown flag " + f + "; see the usage at the top of text_classifier.cpp");
+  }
+  if (o.data_dir.empty()) throw std::invalid_argument("--data DIR (holding dataset.csv and holdout.csv) is required");
+  if (o.model != "transformer" && o.model != "bag") throw std::invalid_argument("--model is transformer or bag");
+  if (o.workers < 1 || o.global_batch % o.workers) throw std::invalid_argument("--global-batch must be a multiple of --workers");
+  return o;
+}
+
+// The peer's model: Embedding(V, 128, padding_idx 0) -> [2 x TransformerEncoderLayer(128, 4, 256,
+// dropout 0.1) with the padding mask] -> mean over non-pad tokens -> Linear(128, K).
+struct TextClassifierImpl : torch::nn::Module {
+  TextClassifierImpl(std::int64_t vocab, std::int64_t classes, bool transformer) {
+    embedding = register_module("embedding", torch::nn::Embedding(torch::nn::EmbeddingOptions(vocab, 128).padding_idx(0)));
+    if (transformer)
+      encoder = register_module(
+          "encoder", torch::nn::TransformerEncoder(torch::nn::TransformerEncoderOptions(
+                         torch::nn::TransformerEncoderLayerOptions(128, 4).dim_feedforward(256).dropout(0.1), 2)));
+    head = register_module("head", torch::nn::Linear(128, classes));
+  }
+  torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& mask) {
+    auto h = embedding(ids);
+    const auto pad = mask.eq(0);
+    // LibTorch 1.13's encoder takes [sequence, batch, feature].
+    if (!encoder.is_empty()) h = encoder->forward(h.transpose(0, 1), torch::Tensor(), pad).transpose(0, 1);
+    const auto keep = mask.unsqueeze(-1).to(h.dtype());
+    return head((h * keep).sum(1) / keep.sum(1).clamp_min(1));
+  }
+  torch::Tensor forward(const data::Fields& b) { return forward(b["input_ids"], b["attention_mask"]); }
+  torch::nn::Embedding embedding{nullptr};
+  torch::nn::TransformerEncoder encoder{nullptr};
+  torch::nn::Linear head{nullptr};
+};
+TORCH_MODULE(TextClassifier);
+
+// Token ids and labels encoded once (the pipeline's tokenising), a sample by index.
+struct Encoded {
+  std::vector<std::vector<std::int64_t>> ids;
+  std::vector<std::int64_t> labels;
+  std::int64_t size() const { return static_cast<std::int64_t>(ids.size()); }
+  data::Fields operator[](std::int64_t i) const {
+    return {{"input_ids", torch::tensor(ids[static_cast<std::size_t>(i)], torch::kInt64)},
+            {"label", torch::tensor(labels[static_cast<std::size_t>(i)])}};
+  }
+};
+
+auto batches_of(Encoded e, int threads) {
+  return data::pipelined(std::move(e), data::collate(data::pad_to_longest("input_ids")), {.loader_threads = threads});
+}
+using Batches = decltype(batches_of(Encoded{}, 0));
+
+struct Rows {
+  std::vector<std::string> texts, tags;
+};
+Rows read_rows(const std::string& path) {
+  const data::CsvSource src(path);
+  Rows r;
+  for (std::int64_t i = 0; i < src.size(); ++i) {
+    const auto row = src.row(i);
+    r.texts.push_back(row.text("title") + " " + row.text("description"));
+    r.tags.push_back(row.text("tag"));
+  }
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const double script_start = now_s();
+  if (!std::getenv("TEXT_CLASSIFIER_START")) setenv("TEXT_CLASSIFIER_START", std::to_string(script_start).c_str(), 1);
+  const double started = std::stod(std::getenv("TEXT_CLASSIFIER_START"));
+  const auto o = parse(argc, argv);
+  torch::set_num_threads(o.threads);
+
+  // The pipeline: read, split, vocabulary, labels, tokenise (every worker does it, as the peer's
+  // driver does once).
+  const double t0 = now_s();
+  const auto rows = read_rows(o.data_dir + "/dataset.csv");
+  const auto holdout = read_rows(o.data_dir + "/holdout.csv");
+  const auto split = data::stratified_split(rows.tags, 0.2, 0.0, static_cast<std::uint64_t>(o.seed));
+  std::vector<std::string> train_texts;
+  for (auto i : split.train) train_texts.push_back(rows.texts[static_cast<std::size_t>(i)]);
+  const auto vocab = data::WordVocabulary::fit(train_texts, o.vocab, o.max_len);
+  const auto labels = data::LabelEncoder::fit(rows.tags);  // the peer's: every tag of dataset.csv
+  auto encode = [&](const Rows& r, const std::vector<std::int64_t>& which) {
+    Encoded e;
+    for (auto i : which) {
+      const auto k = static_cast<std::size_t>(i);
+      if (!labels.contains(r.tags[k])) continue;
+      e.ids.push_back(vocab.encode(r.texts[k]));
+      e.labels.push_back(labels.transform(r.tags[k]));
+    }
+    return e;
+  };
+  std::vector<std::int64_t> all_holdout(holdout.texts.size());
+  for (std::size_t i = 0; i < all_holdout.size(); ++i) all_holdout[i] = static_cast<std::int64_t>(i);
+  const auto train = batches_of(encode(rows, split.train), o.loader_threads);
+  const auto val = batches_of(encode(rows, split.validation), o.loader_threads);
+  const auto test = batches_of(encode(holdout, all_holdout), 0);
+  const double pipeline_s = now_s() - t0;
+
+  using Trainer = dtrain::Trainer<TextClassifier, Batches, dtrain::checkpointer::directory<>>;
+  dtrain::RunConfig run{.storage_path = o.storage, .name = o.name};
+  run.checkpoint = {.num_to_keep = 1, .score_attribute = "val_loss", .score_order = dtrain::ScoreOrder::min};
+  run.start = dtrain::Start::fresh;
+  Trainer trainer({.num_workers = o.workers}, run);
+  const bool transformer = o.model == "transformer";
+  auto result = trainer.fit([&](Trainer::context& ctx) {
+    torch::manual_seed(static_cast<std::uint64_t>(o.seed));
+    auto model = ctx.prepare_model(TextClassifier(vocab.size(), labels.size(), transformer));
+    torch::optim::Adam opt(ctx.parameters(model), 1e-3);
+    std::int64_t steps = 0, samples = 0;
+    double first_step = 0, last_loss = 0, loop_s = 0;
+    for (auto epoch : ctx.epochs(o.epochs)) {
+      model->train();
+      (void)ctx.all_reduce(0.0);  // a barrier: the loop's time starts together
+      const double e0 = now_s();
+      for (const auto& b : ctx.shard(train, o.global_batch)) {
+        opt.zero_grad();
+        const auto loss = torch::nn::functional::cross_entropy(
+            ctx.forward(model, b["input_ids"], b["attention_mask"]), b["label"]);
+        ctx.backward(loss);
+        ctx.step(opt);
+        if (!first_step) first_step = now_s();
+        samples += b.size();
+        last_loss = loss.item<double>();
+        if (o.max_steps && ++steps >= o.max_steps) break;
+      }
+      (void)ctx.all_reduce(0.0);
+      loop_s += now_s() - e0;
+      if (o.max_steps && steps >= o.max_steps) ctx.end_epoch();
+      model->eval();
+      const auto v = dtrain::evaluation::validate(ctx, val, 256 * ctx.world_size(), [&](const data::Fields& b) {
+        return dtrain::evaluation::Scored{ctx.forward(model, b["input_ids"], b["attention_mask"]), b["label"]};
+      });
+      const double total = ctx.all_reduce(static_cast<double>(samples), dtrain::reduce::sum);
+      ctx.report({{"epoch", epoch}, {"steps", ctx.steps()}, {"val_loss", v.loss}, {"val_accuracy", v.accuracy},
+                  {"final_train_loss", last_loss}, {"train_samples", total}, {"train_loop_s", loop_s},
+                  {"train_samples_per_s", total / loop_s}, {"startup_s", first_step - started}},
+                 ctx.checkpoint(model, opt).with_object("vocab", vocab).with_object("labels", labels));
+      if (o.max_steps && steps >= o.max_steps) break;
+    }
+  });
+  if (!result.best_checkpoint()) throw std::runtime_error("the run saved no checkpoint");
+
+  // The best checkpoint by val_loss, with its vocabulary and label names: the holdout and raw strings.
+  using Predictor = dtrain::evaluation::Predictor<TextClassifier>;
+  auto predictor = Predictor::from_checkpoint(result.best_checkpoint()->path(),
+                                              TextClassifier(vocab.size(), labels.size(), transformer),
+                                              dtrain::evaluation::TextInputs{});
+  dtrain::evaluation::ConfusionMatrix cm(labels.size());
+  (void)predictor.predict(test, 256, &cm);
+  const auto per_class = cm.per_class();
+  std::map<std::string, std::int64_t> counts;
+  for (const auto& t : holdout.tags) ++counts[t];
+  std::int64_t most = 0;
+  for (const auto& [t, n] : counts) most = std::max(most, n);
+  const std::vector<std::string> raw = {"command-line tool to manage disk partitions", "HTTP proxy server daemon",
+                                        "documentation for the Python library", "library for numerical linear algebra"};
+  const auto raw_predictions = predictor.predict(raw);
+  for (std::size_t i = 0; i < raw.size(); ++i)
+    std::cerr << "predict \"" << raw[i] << "\": " << raw_predictions[static_cast<std::int64_t>(i)].label << "\n";
+  for (std::size_t k = 0; k < labels.classes().size(); ++k)
+    std::cerr << "holdout " << labels.classes()[k] << ": precision " << per_class.precision[k] << " recall "
+              << per_class.recall[k] << " f1 " << per_class.f1[k] << " support " << per_class.support[k] << "\n";
+  double f1_sum = 0;
+  for (double f : per_class.f1) f1_sum += f;
+  const auto& m = result.metrics;
+  nlohmann::json line = {
+      {"model", o.model}, {"workers", o.workers}, {"global_batch", o.global_batch}, {"epochs", o.epochs},
+      {"steps", static_cast<std::int64_t>(m.at("steps").number())},
+      {"train_samples", static_cast<std::int64_t>(m.at("train_samples").number())},
+      {"train_loop_s", m.at("train_loop_s").number()}, {"train_samples_per_s", m.at("train_samples_per_s").number()},
+      {"startup_s", m.at("startup_s").number()}, {"pipeline_s", pipeline_s},
+      {"final_train_loss", m.at("final_train_loss").number()}, {"val_loss", m.at("val_loss").number()},
+      {"val_accuracy", m.at("val_accuracy").number()}, {"test_accuracy", cm.accuracy()},
+      {"test_f1_macro", f1_sum / static_cast<double>(std::max<std::size_t>(1, per_class.f1.size()))},
+      {"majority_baseline", holdout.tags.empty() ? 0.0 : static_cast<double>(most) / static_cast<double>(holdout.tags.size())},
+      {"vocab_size", vocab.size()}, {"classes", labels.size()}, {"train_rows", split.train.size()},
+      {"threads_per_worker", o.threads}, {"loader_threads", o.loader_threads},
+      {"best_checkpoint", result.best_checkpoint()->path().string()}, {"wall_s", now_s() - script_start}};
+  std::cout << line.dump() << std::endl;
+  return 0;
+} catch (const std::exception& e) {
+  std::cerr << "text_classifier: " << e.what() << std::endl;
+  return 1;
+}
