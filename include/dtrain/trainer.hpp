@@ -142,7 +142,8 @@ class Trainer {
                      launch::to_bytes(std::to_string(unix_now()) + " " + what));
           store->add(launch::key(who.attempt, "errors"), 1);
           // A configuration that cannot work fails the same way after any restart.
-          if (dynamic_cast<const ConfigError*>(&e)) store->set(launch::key(who.attempt, "config_error"), {});
+          if (dynamic_cast<const ConfigError*>(&e))
+            store->set(launch::key(who.attempt, "config_error"), launch::to_bytes("1"));
         } catch (...) {  // the store went away with the driver: stderr has it
         }
       }
