@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -63,11 +64,15 @@ int processes_with(const std::string& tag) {
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     std::ifstream in(e.path() / "cmdline", std::ios::binary);
     std::string cmdline((std::istreambuf_iterator<char>(in)), {});
-    // A zombie has an empty cmdline; count it through its status instead.
+    // A zombie has an empty cmdline: count this test's own unreaped children through their stat
+    // ("pid (comm) Z ppid ..."), not the zombies of tests running beside it.
     std::ifstream status(e.path() / "stat");
     std::string stat((std::istreambuf_iterator<char>(status)), {});
+    const auto state = stat.rfind(") ");
     if (cmdline.find(tag) != std::string::npos) ++n;
-    else if (cmdline.empty() && stat.find("scenarios") != std::string::npos && stat.find(") Z") != std::string::npos) ++n;
+    else if (cmdline.empty() && state != std::string::npos && stat.compare(state + 2, 2, "Z ") == 0 &&
+             std::atoi(stat.c_str() + state + 4) == static_cast<int>(::getpid()))
+      ++n;
   }
   return n;
 }
