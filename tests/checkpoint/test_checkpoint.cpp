@@ -148,6 +148,18 @@ Run reference(const Sandbox& box) {
   return r;
 }
 
+// Re-seals checkpoint `ck`'s manifest over its edited `file` (size and CRC-32), as a tool that
+// rewrites a checkpoint would: the checkpoint verifies again.
+void reseal(const fs::path& ck, const std::string& file) {
+  auto manifest = nlohmann::json::parse(std::ifstream(ck / "manifest.json"));
+  for (auto& f : manifest["files"])
+    if (f["name"] == file) {
+      f["size"] = fs::file_size(ck / file);
+      f["crc32"] = dtrain::checkpointer::detail::crc32_of_file(ck / file).first;
+    }
+  std::ofstream(ck / "manifest.json") << manifest.dump();
+}
+
 }  // namespace
 
 TEST_CASE("a worker killed by SIGKILL mid-epoch is restarted and ends bitwise equal to an uninterrupted run") {
@@ -899,13 +911,7 @@ TEST_CASE("invalid_state_values_are_fallen_back_from: a state.json with iteratio
     auto state = nlohmann::json::parse(std::ifstream(ck / "state.json"));
     state[key] = std::stoll(value);
     std::ofstream(ck / "state.json") << state.dump();
-    auto manifest = nlohmann::json::parse(std::ifstream(ck / "manifest.json"));
-    for (auto& f : manifest["files"])
-      if (f["name"] == "state.json") {
-        f["size"] = fs::file_size(ck / "state.json");
-        f["crc32"] = dtrain::checkpointer::detail::crc32_of_file(ck / "state.json").first;
-      }
-    std::ofstream(ck / "manifest.json") << manifest.dump();
+    reseal(ck, "state.json");
     auto r = box.scenario("--name " + name + " --steps 40 --every 5 --out " + name + ".pt");
     INFO(r.output);
     REQUIRE(r.status == 0);
@@ -923,13 +929,7 @@ TEST_CASE("checkpoint_of_another_model_is_fallen_back_from: a sealed checkpoint 
   // that copied the wrong file and re-sealed it): only loading it can tell.
   const auto ck = box.run("mix") / "checkpoint_000002";
   fs::copy_file(box.run("other") / "checkpoint_000002" / "model.pt", ck / "model.pt", fs::copy_options::overwrite_existing);
-  auto manifest = nlohmann::json::parse(std::ifstream(ck / "manifest.json"));
-  for (auto& f : manifest["files"])
-    if (f["name"] == "model.pt") {
-      f["size"] = fs::file_size(ck / "model.pt");
-      f["crc32"] = dtrain::checkpointer::detail::crc32_of_file(ck / "model.pt").first;
-    }
-  std::ofstream(ck / "manifest.json") << manifest.dump();
+  reseal(ck, "model.pt");
   auto r = box.scenario("--name mix --steps 40 --every 5 --out mix.pt");
   INFO(r.output);
   REQUIRE(r.status == 0);
