@@ -1,14 +1,23 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
-"""dtrain's example against the PyTorch DDP peer, side by side in one run, reported as ratios.
+"""dtrain's example against the PyTorch DDP peer and against the machine's limit, in one run.
 
     benchmarks/vs_peer.py [--example build/examples/fashion_mnist] [--peer ../shared/peers/torch_ddp_peer.py]
-                          [--baseline OTHER_BUILD/examples/fashion_mnist]
+                          [--floor build/benchmarks/torch_floor] [--baseline OTHER_BUILD/examples/fashion_mnist]
                           [--steps 300] [--repeats 2] [--models cnn,mlp] [--workers 1,2]
 
 Each configuration (model x workers, global batch 128, --max-steps steps, one thread and one BLAS
-thread per worker) runs the peer and dtrain alternately, `repeats` times each; the table gives the
-median of each and the ratios the issues set targets for.
+thread per worker) runs, alternately and `repeats` times each:
+  peer     the PyTorch DDP peer with N workers;
+  dtrain   the example with N workers;
+  limit    (N > 1) the example with 1 worker at the per-worker batch (128 / N), times N: what N
+           workers would reach if distribution cost nothing (issue 15's limit);
+  single   (N > 1) the example as one process with N intra-op threads at batch 128: what a user
+           would run instead of N workers on this machine;
+  floor    (with --floor) a program that only loads LibTorch and adds two tensors: the startup no
+           LibTorch program can beat.
+The table gives the median of each and the ratios. Peak RSS is that of the largest process of the
+run (the driver or a worker; os.wait4's ru_maxrss, which covers the children each process waited for).
 """
 import argparse
 import json
@@ -16,11 +25,13 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 
 here = os.path.dirname(os.path.abspath(__file__))
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--example", default=os.path.join(here, "..", "build", "examples", "fashion_mnist"))
 p.add_argument("--peer", default=os.path.join(here, "..", "..", "shared", "peers", "torch_ddp_peer.py"))
+p.add_argument("--floor", help="the torch_floor program (benchmarks/torch_floor.cpp), for the startup floor")
 p.add_argument("--steps", type=int, default=300)
 p.add_argument("--repeats", type=int, default=2)
 p.add_argument("--models", default="cnn,mlp")
@@ -28,50 +39,85 @@ p.add_argument("--workers", default="1,2")
 p.add_argument("--baseline", help="another build of the example (e.g. the previous main's), run alternately "
                                   "with --example: its throughput ratio shows a regression beside the noise")
 args = p.parse_args()
+if args.steps < 1 or args.repeats < 1:
+    sys.exit("vs_peer.py: --steps and --repeats must be at least 1")
+for path in [args.example, args.peer] + [x for x in (args.floor, args.baseline) if x]:
+    if not os.path.exists(path):
+        sys.exit("vs_peer.py: %s does not exist; build it first (cmake --build build --target bench_vs_peer)" % path)
 
 env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+GLOBAL_BATCH = 128
 
 
-def run(cmd):
-    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    if out.returncode != 0:
-        sys.exit("failed: %s\n%s%s" % (" ".join(cmd), out.stdout, out.stderr))
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def run(cmd, threads=1):
+    """Runs cmd, returns its last stdout line as JSON with peak_rss_tree_mb added."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True,
+                                env=dict(env, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads)))
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        text = out.read()
+        if proc.returncode != 0:
+            sys.exit("failed (exit %d): %s\n%s%s" % (proc.returncode, " ".join(cmd), text, err.read()))
+    result = json.loads(text.strip().splitlines()[-1])
+    result["peak_rss_tree_mb"] = usage.ru_maxrss / 1024.0
+    return result
 
 
-common = ["--global-batch", "128", "--max-steps", str(args.steps), "--threads-per-worker", "1"]
-rows = {}
 names = iter(range(1_000_000))
 
 
-def dtrain_run(example, flags):
+def dtrain_run(example, model, workers, batch, threads=1):
     # A name of its own per run: a run directory that exists would be resumed, not trained again.
-    return run([example] + flags + ["--storage-path", "/tmp/dtrain_bench", "--name", "bench_%d_%d" % (os.getpid(), next(names))])
+    return run([example, "--model", model, "--workers", str(workers), "--global-batch", str(batch),
+                "--max-steps", str(args.steps), "--threads-per-worker", str(threads),
+                "--storage-path", "/tmp/dtrain_bench", "--name", "bench_%d_%d" % (os.getpid(), next(names))],
+               threads)
 
+
+def median(runs, key):
+    return statistics.median(r[key] for r in runs)
+
+
+throughput = {}
 for model in args.models.split(","):
     for workers in [int(w) for w in args.workers.split(",")]:
-        flags = ["--model", model, "--workers", str(workers)] + common
-        peer, ours, base = [], [], []
+        runs = {k: [] for k in ("peer", "dtrain", "limit", "single", "floor", "baseline")}
         for _ in range(args.repeats):
-            peer.append(run(["/usr/bin/python3", args.peer] + flags))
-            ours.append(dtrain_run(args.example, flags))
+            runs["peer"].append(run(["/usr/bin/python3", args.peer, "--model", model, "--workers", str(workers),
+                                     "--global-batch", str(GLOBAL_BATCH), "--max-steps", str(args.steps),
+                                     "--threads-per-worker", "1"]))
+            runs["dtrain"].append(dtrain_run(args.example, model, workers, GLOBAL_BATCH))
+            if workers > 1:
+                runs["limit"].append(dtrain_run(args.example, model, 1, GLOBAL_BATCH // workers))
+                runs["single"].append(dtrain_run(args.example, model, 1, GLOBAL_BATCH, threads=workers))
+            if args.floor:
+                runs["floor"].append(run([args.floor]))
             if args.baseline:
-                base.append(dtrain_run(args.baseline, flags))
-        med = lambda runs, key: statistics.median(r[key] for r in runs)
-        if base:
-            print("%-4s %d worker(s): samples/s dtrain %8.0f baseline %8.0f (x%.3f) | startup_s dtrain %.2f baseline %.2f"
-                  % (model, workers, med(ours, "train_samples_per_s"), med(base, "train_samples_per_s"),
-                     med(ours, "train_samples_per_s") / med(base, "train_samples_per_s"),
-                     med(ours, "startup_s"), med(base, "startup_s")), flush=True)
-        rows[(model, workers)] = {k: (med(peer, k), med(ours, k)) for k in ("train_samples_per_s", "startup_s", "wall_s")}
-        r = rows[(model, workers)]
-        print("%-4s %d worker(s): samples/s peer %8.0f dtrain %8.0f (x%.2f) | startup_s peer %.2f dtrain %.2f | "
-              "wall_s peer %.2f dtrain %.2f" % (model, workers, *r["train_samples_per_s"],
-                                               r["train_samples_per_s"][1] / r["train_samples_per_s"][0],
-                                               *r["startup_s"], *r["wall_s"]), flush=True)
+                runs["baseline"].append(dtrain_run(args.baseline, model, workers, GLOBAL_BATCH))
+        ours, peer = median(runs["dtrain"], "train_samples_per_s"), median(runs["peer"], "train_samples_per_s")
+        throughput[(model, workers)] = (peer, ours)
+        line = "%-4s %d worker(s): samples/s dtrain %8.0f | peer %8.0f (x%.2f)" % (model, workers, ours, peer, ours / peer)
+        if runs["limit"]:
+            limit = workers * median(runs["limit"], "train_samples_per_s")
+            single = median(runs["single"], "train_samples_per_s")
+            line += " | limit %8.0f (%.3f of it) | single process %8.0f (x%.2f)" % (limit, ours / limit, single,
+                                                                                     ours / single)
+        line += " | startup_s dtrain %.2f peer %.2f" % (median(runs["dtrain"], "startup_s"),
+                                                        median(runs["peer"], "startup_s"))
+        if runs["floor"]:
+            floor = median(runs["floor"], "load_s")
+            line += " floor %.2f (dtrain +%.2f)" % (floor, median(runs["dtrain"], "startup_s") - floor)
+        line += " | peak RSS MB dtrain %.0f peer %.0f" % (median(runs["dtrain"], "peak_rss_tree_mb"),
+                                                          median(runs["peer"], "peak_rss_tree_mb"))
+        if runs["baseline"]:
+            base = median(runs["baseline"], "train_samples_per_s")
+            line += " | baseline %8.0f (x%.3f)" % (base, ours / base)
+        print(line, flush=True)
 
 print()
 for model in args.models.split(","):
-    if (model, 1) in rows and (model, 2) in rows:
-        one, two = rows[(model, 1)]["train_samples_per_s"], rows[(model, 2)]["train_samples_per_s"]
+    if (model, 1) in throughput and (model, 2) in throughput:
+        one, two = throughput[(model, 1)], throughput[(model, 2)]
         print("%-4s scaling 1 -> 2 workers: peer x%.2f, dtrain x%.2f" % (model, two[0] / one[0], two[1] / one[1]))
