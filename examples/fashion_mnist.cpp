@@ -227,7 +227,7 @@ int main(int argc, char** argv) try {
       dtrain::evaluation::ConfusionMatrix test_cm(10);
       {
         torch::NoGradGuard no_grad;
-        for (const dtrain::data::Batch& batch : ctx.shard(data.test(), 1000 * ctx.world_size(), dtrain::sampler::sequential{}))
+        for (const dtrain::data::Batch& batch : ctx.shard(data.test(), 128 * ctx.world_size(), dtrain::sampler::sequential{}))
           test_cm.update(ctx.forward(model, batch.data), batch.target);
       }
       ctx.all_reduce(test_cm);
@@ -257,7 +257,7 @@ int main(int argc, char** argv) try {
       const auto eval_start = std::chrono::steady_clock::now();
       auto predictor = Predictor::from_checkpoint(*best, make_model(opt.model), class_names);
       dtrain::evaluation::ConfusionMatrix cm(10);
-      const auto predictions = predictor.predict(ctx, data.test(), 1000 * ctx.world_size(), &cm);
+      const auto predictions = predictor.predict(ctx, data.test(), 128 * ctx.world_size(), &cm);
       ctx.record_evaluation("best_checkpoint_test", cm, class_names, best->path().string(),
                             {{"samples", predictions.size()},
                              {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - eval_start).count()}});

@@ -107,7 +107,7 @@ int evaluation() {
     torch::NoGradGuard no_grad;
     // [evaluation]
     dtrain::evaluation::ConfusionMatrix cm(10);
-    for (auto batch : ctx.shard(data.test(), 1000 * ctx.world_size(), dtrain::sampler::sequential{}))
+    for (auto batch : ctx.shard(data.test(), 128 * ctx.world_size(), dtrain::sampler::sequential{}))
       cm.update(model->forward(batch.data), batch.target);
     ctx.all_reduce(cm);
     ctx.report(cm.summary("test_"));

@@ -20,6 +20,7 @@
 #include <torch/types.h>
 
 #include <dtrain/checkpointer/checkpoint.hpp>
+#include <dtrain/checkpointer/selection.hpp>
 #include <dtrain/checkpointer/write.hpp>
 #include <dtrain/collective.hpp>
 #include <dtrain/concept/backend.hpp>

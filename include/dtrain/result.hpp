@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include <dtrain/checkpointer/checkpoint.hpp>
+#include <dtrain/checkpointer/selection.hpp>
 #include <dtrain/checkpointer/retention.hpp>
 #include <dtrain/config.hpp>
 #include <dtrain/error.hpp>

@@ -22,6 +22,7 @@
 #include <torch/utils.h>
 
 #include <dtrain/checkpointer/checkpoint.hpp>
+#include <dtrain/checkpointer/selection.hpp>
 #include <dtrain/config.hpp>
 #include <dtrain/context.hpp>
 #include <dtrain/data/dataset.hpp>
@@ -126,6 +127,7 @@ class Trainer {
     try {
       launch::install_worker_stop_handlers();
       detail::set_worker_threads(scaling_.threads_per_worker);
+      launch::keep_freed_memory();
       store = launch::connect_store(who, run_.rendezvous_timeout);
       launch::rendezvous(*store, who, run_.rendezvous_timeout);
       context ctx(who, store, scaling_, run_);

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The parts of dtrain that need no tensors: samplers, metrics and their history, configuration.
 
+#include <malloc.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -454,6 +456,62 @@ TEST_CASE("process_start_unix gives a new process's start within 50 ms", "[launc
   INFO("before " << before << " start " << start << " after " << after);
   CHECK(start >= before - 0.05);  // the kernel's start time has 10 ms ticks
   CHECK(start <= after + 0.05);
+}
+
+namespace {
+// In a forked child: glibc's default thresholds, then `setup`; then a 24 MiB block allocated,
+// written and freed 5 times, as an evaluation batch's activations are. Returns the page faults of
+// the last 4 rounds (the first may fault wherever the block lands).
+template <class Setup>
+long faults_of_reallocating(Setup setup) {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::mallopt(M_MMAP_THRESHOLD, 128 * 1024);  // glibc's defaults, fixed, whatever this process did
+    ::mallopt(M_TRIM_THRESHOLD, 128 * 1024);
+    setup();
+    constexpr std::size_t size = 24u << 20;
+    long before = 0;
+    for (int round = 0; round < 5; ++round) {
+      if (round == 1) {
+        rusage u{};
+        getrusage(RUSAGE_SELF, &u);
+        before = u.ru_minflt;
+      }
+      auto* block = static_cast<volatile char*>(std::malloc(size));
+      for (std::size_t i = 0; i < size; i += 4096) block[i] = 1;
+      std::free(const_cast<char*>(block));
+    }
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    const long faults = u.ru_minflt - before;
+    (void)!write(fds[1], &faults, sizeof faults);
+    _exit(0);
+  }
+  long faults = -1;
+  REQUIRE(read(fds[0], &faults, sizeof faults) == static_cast<ssize_t>(sizeof faults));
+  waitpid(child, nullptr, 0);
+  close(fds[0]);
+  close(fds[1]);
+  return faults;
+}
+}  // namespace
+
+TEST_CASE("keep_freed_memory keeps a freed block for the next batch unless GLIBC_TUNABLES decides", "[launch]") {
+  const long pages = 4 * ((24 << 20) / 4096);  // what 4 rounds fault when each maps the block anew
+  const long defaults = faults_of_reallocating([] {});
+  const long kept = faults_of_reallocating([] { dtrain::launch::keep_freed_memory(); });
+  const long users_choice = faults_of_reallocating([] {
+    setenv("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=131072", 1);
+    dtrain::launch::keep_freed_memory();
+  });
+  INFO("page faults over 4 rounds: glibc's defaults " << defaults << ", kept " << kept << ", GLIBC_TUNABLES set "
+                                                       << users_choice << " (a round is " << pages / 4 << " pages)");
+  CHECK(defaults > pages * 9 / 10);
+  CHECK(kept < pages / 10);
+  CHECK(users_choice > pages * 9 / 10);  // the user's setting is left alone
 }
 
 TEST_CASE("Slurm's per-node task list gives each node its count", "[launch]") {

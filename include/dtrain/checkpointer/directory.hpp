@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include <dtrain/checkpointer/checkpoint.hpp>
+#include <dtrain/checkpointer/selection.hpp>
 #include <dtrain/checkpointer/retention.hpp>
 #include <dtrain/checkpointer/write.hpp>
 #include <dtrain/config.hpp>
@@ -131,18 +132,7 @@ class directory_state {
     dir_.create();
     dir_.remove_unfinished_checkpoints();
     std::string unloadable;  // the checkpoints a worker of this run could not load, and why
-    std::optional<Checkpoint> ck;
-    for (const auto& [iteration, dir] : dir_.checkpoints()) {
-      std::string why;
-      auto c = Checkpoint::open(dir, &why);
-      if (c && (why = unloadable_reason(dir)).empty()) {
-        ck = std::move(c);
-        break;
-      }
-      if (c) unloadable += "; " + why;
-      std::fprintf(stderr, "dtrain: warning: checkpoint %s %s (%s); falling back to an older one\n", dir.c_str(),
-                   c ? "cannot be loaded into this run" : "is damaged", why.c_str());
-    }
+    auto ck = latest_valid(dir_.path(), true, [&](const auto& dir) { return unloadable_reason(dir); }, &unloadable);
     if (!ck && !unloadable.empty())  // starting afresh would overwrite them: the user decides
       throw ConfigError("no checkpoint of " + dir_.path().string() + " can be loaded into this run" + unloadable +
                         ". Fix the model (or optimizer) to match them, or start afresh with RunConfig::start = "

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <dtrain/checkpointer/checkpoint.hpp>
+#include <dtrain/checkpointer/selection.hpp>
 #include <dtrain/config.hpp>
 #include <dtrain/metrics.hpp>
 #include <dtrain/run_directory.hpp>
