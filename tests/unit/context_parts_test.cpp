@@ -7,10 +7,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
@@ -140,6 +143,69 @@ TEST_CASE("EpochCursor: ctx.end_epoch() makes a checkpoint resume at the next ep
   c.begin_epoch(5);
   CHECK_FALSE(c.ended());
   CHECK(c.resume_point() == std::pair<std::int64_t, std::int64_t>{5, 0});
+}
+
+TEST_CASE("EpochCursor: another worker count continues the epoch from its global sample offset", "[context][cursor][elastic]") {
+  d::sampler::EpochCursor c;
+  c.begin_epoch(0);
+  CHECK_FALSE(c.continue_from(48).has_value());  // a fresh epoch
+  c.begin_shard(21);
+  for (std::int64_t b = 0; b < 6; ++b) {
+    c.reached(b);
+    c.trained();
+  }
+  CHECK(c.resume_offset() == 6 * 48);
+  // Resumed by 2 workers (the checkpoint was 3 workers'): the rest of the epoch is dealt from 288.
+  d::sampler::EpochCursor two;
+  two.resume(0, 6, 288, /*redeal=*/true);
+  two.begin_epoch(0);
+  CHECK(two.continue_from(48) == std::optional<std::int64_t>(288));
+  CHECK(two.begin_shard(15) == 0);  // the re-dealt shard skips nothing
+  for (std::int64_t b = 0; b < 6; ++b) {
+    two.reached(b);
+    two.trained();
+  }
+  CHECK(two.resume_point() == std::pair<std::int64_t, std::int64_t>{0, 6});
+  CHECK(two.resume_offset() == 288 + 6 * 48);
+  // The same count again from that checkpoint: its position is the re-dealt shard's, so the
+  // offset (not the position) says where the epoch stands.
+  d::sampler::EpochCursor again;
+  again.resume(0, 6, 576, /*redeal=*/false);
+  again.begin_epoch(0);
+  CHECK(again.continue_from(48) == std::optional<std::int64_t>(576));
+  // A checkpoint of the same count whose offset is its position's: batches are skipped as before.
+  d::sampler::EpochCursor same;
+  same.resume(0, 6, 288, /*redeal=*/false);
+  same.begin_epoch(0);
+  CHECK_FALSE(same.continue_from(48).has_value());
+  CHECK(same.begin_shard(21) == 6);
+  // At the epoch's end the offset is the next epoch's start.
+  for (std::int64_t b = 6; b < 21; ++b) {
+    same.reached(b);
+    same.trained();
+  }
+  CHECK(same.resume_offset() == 0);
+}
+
+TEST_CASE("sampler::distributed: the rest of an epoch dealt from an offset to another count covers it once", "[context][sampler][elastic]") {
+  using S = d::sampler::distributed<7>;
+  const std::int64_t n = 1008;
+  std::vector<int> seen(n, 0);
+  // 6 global batches of 48 under 3 ranks, then 6 under 2, then the rest under 3.
+  for (int r = 0; r < 3; ++r) {
+    const auto mine = S::indices(n, r, 3, 4);
+    for (std::int64_t k = 0; k < 6 * 16; ++k) ++seen[static_cast<std::size_t>(mine[static_cast<std::size_t>(k)])];
+  }
+  for (int r = 0; r < 2; ++r) {
+    const auto mine = S::indices_from(288, n, r, 2, 4);
+    REQUIRE(mine.size() == static_cast<std::size_t>((n - 288) / 2));
+    for (std::int64_t k = 0; k < 6 * 24; ++k) ++seen[static_cast<std::size_t>(mine[static_cast<std::size_t>(k)])];
+  }
+  for (int r = 0; r < 3; ++r)
+    for (const auto i : S::indices_from(576, n, r, 3, 4)) ++seen[static_cast<std::size_t>(i)];
+  CHECK(std::count(seen.begin(), seen.end(), 1) == n);
+  CHECK(S::indices_from(0, n, 1, 3, 4) == S::indices(n, 1, 3, 4));
+  CHECK_THROWS_WITH(S::indices_from(n + 1, n, 0, 2, 4), Catch::Contains("sample offset 1009 is outside [0, 1008]"));
 }
 
 TEST_CASE("RunDirectory: names - the checkpoint listing newest first and a path that cannot be one", "[context][run_directory]") {
