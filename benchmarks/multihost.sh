@@ -70,8 +70,8 @@ rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
 killed = float(sys.argv[2])
 after = [r for r in rows if r["timestamp"] > killed]
 out = json.load(open(sys.argv[1] + "/outcome.json"))
-print("MEASURE recovery_s", round(after[0]["timestamp"] - killed, 2), "first step after the kill:", after[0]["step"],
-      "outcome:", out["status"], "restarts:", out["restarts"], "final world:", rows[-1].get("model_state_bytes_per_worker") and "see params")
+print("MEASURE recovery_s", round(after[0]["timestamp"] - killed, 2), "(the restarted group's first step is step %d; "
+      "outcome %s, restarts %d)" % (after[0]["step"], out["status"], out["restarts"]))
 EOF
   exit 0
 fi
