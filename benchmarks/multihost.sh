@@ -6,7 +6,7 @@
 #   benchmarks/multihost.sh FASHION_MNIST_BINARY WORK_DIR [STEPS]
 #
 # throughput (MLP, global batch 128, STEPS steps, one thread per worker), each run alternately
-# REPEATS times (default 2):
+# REPEATS times (default 2; RECOVERY_ONLY=1 skips them):
 #   dtrain_4x1   4 workers on one host, dtrain's own driver (samples/s from its JSON line)
 #   dtrain_2x2   2 hosts x 2 workers under torchrun (c10d), from rank 0's metrics.jsonl
 #   peer_4x1     the PyTorch DDP peer, its own spawn of 4 workers on one host
@@ -36,6 +36,7 @@ if [[ ${DTRAIN_IN_HOSTS:-} == 1 ]]; then
     wait "${pids[@]}"
   }
   port=29600
+  [[ ${RECOVERY_ONLY:-} == 1 ]] && repeats=0
   for r in $(seq "$repeats"); do
     DTRAIN_SHARED_MEMORY=1 on 0 -- "$bin" "${args[@]}" --workers 4 --storage-path "$work/r$r" --name one_host \
       | tail -n 1 | python3 -c 'import json,sys; print("MEASURE dtrain_4x1", json.load(sys.stdin)["train_samples_per_s"])'
