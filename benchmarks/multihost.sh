@@ -62,6 +62,7 @@ if [[ ${DTRAIN_IN_HOSTS:-} == 1 ]]; then
   until compgen -G "$run/checkpoint_*/manifest.json" >/dev/null; do sleep 0.05; done
   sleep 2
   killed=$(date +%s.%N)
+  echo "MEASURE killed_at $killed"
   for pid in $(ip netns pids "$DTRAIN_NETNS_1"); do kill -9 "$pid" 2>/dev/null || true; done
   wait "${agents[0]}" || { tail -n 30 "$work/recovery-host0.log"; exit 1; }
   wait "${agents[1]}" 2>/dev/null || true
