@@ -35,6 +35,7 @@
 #include <dtrain/result.hpp>
 #include <dtrain/run_directory.hpp>
 #include <dtrain/tracking/record.hpp>
+#include <dtrain/tracking/run_tracking.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -124,20 +125,31 @@ class Trainer {
   [[noreturn]] void run_worker(const launch::WorkerIdentity& who, Loop& loop) {
     int status = 0;
     c10::intrusive_ptr<c10d::Store> store;
+    // Under torchrun, Slurm or Open MPI no driver of ours records the run: rank 0 does, the same way.
+    std::optional<tracking::RunTracking<policies>> tracked;
     try {
       launch::install_worker_stop_handlers();
       detail::set_worker_threads(scaling_.threads_per_worker);
       launch::keep_freed_memory();
       store = launch::connect_store(who, run_.rendezvous_timeout);
       launch::rendezvous(*store, who, run_.rendezvous_timeout);
+      if (!who.store_on_driver && who.rank == 0) tracked.emplace(start_tracking(who));
       context ctx(who, store, scaling_, run_);
       loop(ctx);
       ctx.finish();
+      if (tracked) tracked->end("finished", who.attempt, "");
       depart(*store, who);
     } catch (const std::exception& e) {
       status = 1;
       const std::string what = e.what();
       std::fprintf(stderr, "dtrain: rank %d failed: %s\n", who.rank, what.c_str());
+      if (tracked) {
+        try {
+          tracked->end("failed", who.attempt, "training failed: rank " + std::to_string(who.rank) + ": " + what, who.rank);
+        } catch (const std::exception& t) {  // the training error matters more
+          std::fprintf(stderr, "dtrain: warning: the tracker could not record the failure: %s\n", t.what());
+        }
+      }
       if (store) {
         try {
           store->set(launch::key(who.attempt, "error/" + std::to_string(who.rank)),
@@ -154,6 +166,18 @@ class Trainer {
     std::fflush(nullptr);
     // Skip static destructors: Gloo's and the store's threads may still be blocked on peers.
     std::_Exit(status);
+  }
+
+  // Rank 0 under a launcher: the run recorded as the driver records it (params.json, outcome.json
+  // "running"); a group the launcher restarted continues the first group's record.
+  tracking::RunTracking<policies> start_tracking(const launch::WorkerIdentity& who) const {
+    RunDirectory(run_.path()).create();
+    ScalingConfig launched = scaling_;
+    launched.num_workers = who.world_size;  // the launcher's count, not the driver's setting
+    tracking::RunTracking<policies> t(launched, run_);
+    if (who.attempt > 0) t.continue_run(who.attempt);
+    t.start();
+    return t;
   }
 
   // Under an external launcher rank 0 hosts the store: it leaves last.
@@ -205,12 +229,8 @@ class Trainer {
     // workers are fresh processes of this executable, which run the code before fit() again.
     const bool fork_workers = scaling_.threads_per_worker == 1 && !policies::backend::uses_cuda;
     // The Tracker records the run: params and "running" now, the outcome when it ends.
-    tracking::RunRecord record;
-    record.path = run_.path();
-    record.params = tracking::params_json<policies>(scaling_, run_);
-    record.outcome = {{"format", tracking::format_version}, {"status", "running"}, {"start_time", unix_now()},
-                      {"end_time", nullptr}, {"restarts", 0}, {"failures", nlohmann::json::array()}, {"error", nullptr}};
-    policies::tracker::start(record);
+    tracking::RunTracking<policies> record(scaling_, run_);
+    record.start();
 
     // Each failure of a group, described; a new group (attempt + 1, fresh store keys) resumes from
     // the latest valid checkpoint while there were at most max_failures of them.
@@ -222,7 +242,7 @@ class Trainer {
       try {
         failure = run_group(loop, *store, n, attempt, fork_workers, variables);
       } catch (const std::exception& e) {  // the group could not be started or watched
-        auto result = end_run(record, "failed", static_cast<int>(failures.size()), e.what());
+        auto result = record.end("failed", static_cast<int>(failures.size()), e.what());
         if (run_.failure.throw_on_failure) throw;
         return result;
       }
@@ -243,7 +263,7 @@ class Trainer {
           failed["resumed_step"] = ck->steps();
         }
       // The same cause from the same checkpoint step as the failure before: no progress was made.
-      auto& past = record.outcome["failures"];
+      nlohmann::json& past = record.outcome()["failures"];
       const bool same = !past.empty() && failure_signature(past.back()["cause"].get<std::string>()) ==
                                               failure_signature(failed["cause"].get<std::string>()) &&
                         past.back()["resumed_step"] == failed["resumed_step"];
@@ -265,10 +285,10 @@ class Trainer {
                  "FailureConfig::max_repeated_failures = " + std::to_string(repeat_limit) + ")";
         else if (allowed > 0 || failures.size() > 1)
           msg += " (FailureConfig::max_failures = " + std::to_string(allowed) + ")";
-        record.outcome["failures"].back()["resumed_iteration"] = nullptr;  // no group resumed
-        record.outcome["failures"].back()["resumed_step"] = nullptr;
+        record.outcome()["failures"].back()["resumed_iteration"] = nullptr;  // no group resumed
+        record.outcome()["failures"].back()["resumed_step"] = nullptr;
         try {
-          auto result = end_run(record, "failed", static_cast<int>(failures.size()) - 1, msg, failed_rank_);
+          auto result = record.end("failed", static_cast<int>(failures.size()) - 1, msg, failed_rank_);
           if (!run_.failure.throw_on_failure) return result;
         } catch (const std::exception& e) {  // the training error matters more
           std::fprintf(stderr, "dtrain: warning: the tracker could not record the failure: %s\n", e.what());
@@ -284,40 +304,20 @@ class Trainer {
       backoff = std::min(backoff * 2, run_.failure.restart_backoff_max);
     }
 
-    return end_run(record, "finished", static_cast<int>(failures.size()), "");
+    return record.end("finished", static_cast<int>(failures.size()), "");
   }
 
   // A run stopped by SIGINT or SIGTERM: recorded as "stopped" (MLflow's KILLED); a re-run of the
   // same name resumes from its latest checkpoint.
-  Result stop_run(tracking::RunRecord& record, int restarts) const {
+  Result stop_run(tracking::RunTracking<policies>& record, int restarts) const {
     const int sig = launch::last_stop_signal();
     const std::string msg = std::string("stopped by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
                             " to the driver; run " + run_.path().string() +
                             " again (the same storage path and name) to resume from its latest checkpoint";
     std::fprintf(stderr, "dtrain: %s\n", msg.c_str());
-    auto result = end_run(record, "stopped", restarts, msg);
+    auto result = record.end("stopped", restarts, msg);
     if (run_.failure.throw_on_failure) throw Stopped(msg);
     return result;
-  }
-
-  // The run's end, for the Tracker and the Result alike: the run directory read once, its
-  // checkpoints verified once (damaged ones are reported on stderr and passed over).
-  Result end_run(tracking::RunRecord& record, const std::string& status, int restarts, const std::string& error,
-                 int error_rank = -1) const {
-    record.outcome["status"] = status;
-    record.outcome["end_time"] = unix_now();
-    record.outcome["restarts"] = restarts;
-    record.outcome["error"] = error.empty() ? nlohmann::json(nullptr) : nlohmann::json(error);
-    record.outcome["error_rank"] = error_rank >= 0 ? nlohmann::json(error_rank) : nlohmann::json(nullptr);
-    const auto files = RunFiles::read(run_.path(), persists);
-    record.history = files.history;
-    record.evaluations = files.evaluations;
-    if constexpr (persists) record.checkpoints = tracking::checkpoint_index(files.checkpoints, run_.checkpoint);
-    record.outcome["reports"] = record.history.size();
-    policies::tracker::end(record);
-    std::optional<RunError> failure;
-    if (status != "finished") failure = RunError{status, error, error_rank};
-    return Result::assemble(files, run_.path(), run_.checkpoint, restarts, status, std::move(failure));
   }
 
   // Starts one group, waits for it; the description of its failure, or nothing when every rank

@@ -13,6 +13,8 @@
 //                          saved in every checkpoint as schedule::checkpoint_name
 //       [--fresh 1] [--seed N] [--reproducible N] [--epoch-steps K] [--fail-at-step S] [--final 1]
 //       [--hidden N] (another model's shape: its checkpoints do not load into the default one)
+//       [--trace DIR]      1008 samples whose last feature is their index; each rank appends
+//                          "epoch index" for every sample it trains to DIR/w<world>_a<attempt>_r<rank>
 //
 // --epoch-steps K leaves every epoch after K steps with ctx.end_epoch(); --fail-at-step S throws
 // at step S on every attempt; --seed N is RunConfig::seed; --reproducible N calls
@@ -38,7 +40,7 @@
 namespace {
 
 struct Args {
-  std::string name = "run", storage = "checkpoint_runs", out, score, order = "max", resume_from, schedule;
+  std::string name = "run", storage = "checkpoint_runs", out, score, order = "max", resume_from, schedule, trace;
   int workers = 2, steps = 40, every = 5, kill_step = -1, max_failures = 0, keep = 0;
   int epoch_steps = -1, fail_at_step = -1, hidden = 32;
   bool kill_always = false, user_state = false, amp = false, fresh = false, final_checkpoint = false;
@@ -75,6 +77,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--reproducible") a.reproducible = std::stoull(v);
     else if (f == "--epoch-steps") a.epoch_steps = std::stoi(v);
     else if (f == "--fail-at-step") a.fail_at_step = std::stoi(v);
+    else if (f == "--trace") a.trace = v;
     else if (f == "--tag") {}  // only marks the processes
     else throw std::invalid_argument("unknown flag " + f);
   }
@@ -85,6 +88,16 @@ dtrain::data::TensorDataset synthetic(std::int64_t n, std::int64_t features) {
   auto gen = at::detail::createCPUGenerator(1234);
   auto x = at::randn({n, features}, gen);
   auto y = at::randint(0, 10, {n}, gen);
+  return {x, y};
+}
+
+// The same kind of set, each sample's last feature its index / 1024 (exact in float): the samples
+// a rank trains on can be counted.
+dtrain::data::TensorDataset indexed(std::int64_t n) {
+  auto gen = at::detail::createCPUGenerator(1234);
+  auto x = at::randn({n, 20}, gen);
+  auto y = at::randint(0, 10, {n}, gen);
+  x.select(1, 19).copy_(torch::arange(n, torch::kFloat) / 1024);
   return {x, y};
 }
 
@@ -132,7 +145,7 @@ using AmpTrainer = dtrain::Trainer<torch::nn::Sequential, dtrain::data::TensorDa
 
 template <class Trainer>
 int train(const Args& a) {
-  const auto data = synthetic(1024, 20);
+  const auto data = a.trace.empty() ? synthetic(1024, 20) : indexed(1008);
   dtrain::RunConfig run{.storage_path = a.storage, .name = a.name,
                         .rendezvous_timeout = std::chrono::seconds(20),
                         .collective_timeout = std::chrono::seconds(20)};
@@ -183,6 +196,13 @@ int train(const Args& a) {
         }
         if (ctx.steps() == a.steps) break;
         if (ctx.steps() == a.fail_at_step) throw std::runtime_error("the same failure at step " + std::to_string(a.fail_at_step));
+        if (!a.trace.empty()) {
+          std::ofstream log(a.trace + "/w" + std::to_string(ctx.world_size()) + "_a" + std::to_string(ctx.attempt()) +
+                                "_r" + std::to_string(ctx.world_rank()),
+                            std::ios::app);
+          const auto index = (batch.data.select(1, 19) * 1024).round().to(torch::kLong);
+          for (std::int64_t i = 0; i < index.size(0); ++i) log << ctx.epoch() << ' ' << index[i].template item<std::int64_t>() << '\n';
+        }
         if (ctx.world_rank() == 0 && std::getenv("SCENARIO_TRACE"))
           std::cerr << "TRAIN epoch=" << ctx.epoch() << " first=" << batch.target[0].template item<std::int64_t>() << std::endl;
         if (ctx.world_rank() == 1 && ctx.steps() == a.kill_step && (a.kill_always || ctx.attempt() == 0))

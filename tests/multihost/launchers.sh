@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # 2 hosts x 2 workers under a real launcher, on network namespaces made for the test
 # (scripts/netns-hosts): the Fashion-MNIST example must reach the parameters of 4 workers on one
-# host (dtrain's own driver) within 1e-5, and rank 0 must have written the run's checkpoint.
+# host (dtrain's own driver) within 1e-5, and rank 0 must write the run directory as the driver does
+# (the same files: params, history, checkpoints, outcome, report.html, the MLflow store).
 #
 #   launchers.sh torchrun|torchrun_static|mpirun|slurm FASHION_MNIST_BINARY WORK_DIR
 #
@@ -117,4 +118,43 @@ for k in a:
     worst = max(worst, ((a[k] - b[k]).abs().max() / a[k].abs().max().clamp_min(1e-12)).item())
 print(f"max relative difference {worst:.3g} over {len(a)} tensors ({pa} vs {pb})")
 sys.exit(0 if worst <= 1e-5 else 1)
+EOF
+
+# Rank 0 under the launcher records the run as dtrain's driver does: the same files, each parsed.
+/usr/bin/python3 - "$work/one_host" "$work/launched" <<'EOF'
+import json, os, re, sys, yaml
+def files(storage):  # relative paths, with the run's own ids and checkpoint numbers made neutral
+    out = set()
+    for root, _, names in os.walk(storage):
+        for n in names:
+            rel = os.path.relpath(os.path.join(root, n), storage)
+            rel = re.sub(r"checkpoint_\d+", "checkpoint_N", rel)
+            rel = re.sub(r"mlruns/\d+/[0-9a-f]{32}", "mlruns/EXPERIMENT/RUN", rel)
+            out.add(re.sub(r"mlruns/\d+/", "mlruns/EXPERIMENT/", rel))
+    return out
+one, launched = files(sys.argv[1]), files(sys.argv[2])
+if one != launched:
+    sys.exit(f"launchers.sh: the launched run's files differ from the driver's: only one host: "
+             f"{sorted(one - launched)}, only launched: {sorted(launched - one)}")
+run = os.path.join(sys.argv[2], "ref")
+load = lambda f: json.load(open(os.path.join(run, f)))
+params, outcome, index = load("params.json"), load("outcome.json"), load("checkpoints.json")
+rows = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl")) if l.strip()]
+problems = []
+if params["scaling"]["num_workers"] != 4:
+    problems.append("params.json: num_workers %s" % params["scaling"]["num_workers"])
+if outcome["status"] != "finished" or outcome["error"] is not None:
+    problems.append("outcome.json: %s" % outcome)
+if outcome["reports"] != len(rows) or not rows:
+    problems.append("outcome.json counts %s reports, metrics.jsonl has %d" % (outcome["reports"], len(rows)))
+if index["latest"] is None or not os.path.isdir(os.path.join(run, index["latest"])):
+    problems.append("checkpoints.json: latest %s" % index["latest"])
+if "<svg" not in open(os.path.join(run, "report.html")).read():
+    problems.append("report.html draws no curve")
+metas = [os.path.join(r, "meta.yaml") for r, dirs, _ in os.walk(os.path.join(sys.argv[2], "mlruns")) if "artifacts" in dirs]
+if len(metas) != 1 or yaml.safe_load(open(metas[0]))["status"] != 3:
+    problems.append("MLflow store: runs %s, not one FINISHED (3)" % metas)
+if problems:
+    sys.exit("launchers.sh: the launched run directory: " + "; ".join(problems))
+print(f"the launched run directory holds the driver's {len(launched)} files; outcome finished, {len(rows)} reports")
 EOF

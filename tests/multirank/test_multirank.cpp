@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/torch.h>
 
@@ -694,5 +696,73 @@ TEST_CASE("over Gloo alone a stopped rank is named within the heartbeat timeout"
   CHECK_THAT(out, Catch::Contains("rank 1 on ") && Catch::Contains("has shown no sign of life") &&
                       Catch::Contains("rank 0 was in allreduce(mean) of"));
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(15));  // not the 20 s timeout
+  CHECK(processes_with(tag) == 0);
+}
+
+// ---- a launched run records itself as dtrain's driver does ----
+
+namespace {
+// The files of a run directory, relative to it (a checkpoint's files under "checkpoint/").
+std::vector<std::string> run_files(const fs::path& run) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::recursive_directory_iterator(run)) {
+    if (!e.is_regular_file()) continue;
+    auto rel = fs::relative(e.path(), run).string();
+    if (rel.rfind("checkpoint_", 0) == 0 && rel.find('/') != std::string::npos) rel = "checkpoint/" + rel.substr(rel.find('/') + 1);
+    names.push_back(rel);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+nlohmann::json read_json_file(const fs::path& p) {
+  std::ifstream in(p);
+  INFO(p.string());
+  REQUIRE(in.good());
+  return nlohmann::json::parse(in);
+}
+}  // namespace
+
+TEST_CASE("under launcher variables rank 0 writes the files the driver writes", "[multirank][launcher][tracking]") {
+  const auto tag = unique_tag();
+  const fs::path dir = fs::temp_directory_path() / ("dtrain_multirank_" + tag);
+  const std::string args = "fsdp_train --strategy ddp --checkpoint 1 --workers 2";
+  auto driven = scenario(args + " --storage driven", tag);
+  INFO(driven.output);
+  REQUIRE(driven.status == 0);
+  const auto out = launched_pair(args + " --storage launched", tag);
+  INFO(out);
+  REQUIRE_THAT(out, Catch::Contains("status 0 0"));
+  const fs::path run = dir / "launched" / "fsdp_train_ddp";
+  // The same files as the driver's run: params, outcome, history, checkpoint index, report.
+  CHECK(run_files(run) == run_files(dir / "driven" / "fsdp_train_ddp"));
+  for (const char* f : {"params.json", "outcome.json", "checkpoints.json", "metrics.jsonl", "metrics.csv", "report.html"})
+    CHECK(fs::exists(run / f));
+  const auto params = read_json_file(run / "params.json");
+  CHECK(params["format"] == 1);
+  CHECK(params["scaling"]["num_workers"] == 2);  // the launcher's world size
+  const auto outcome = read_json_file(run / "outcome.json");
+  CHECK(outcome["status"] == "finished");
+  CHECK(outcome["error"].is_null());
+  CHECK(outcome["reports"] == 1);
+  CHECK(outcome["end_time"].get<double>() >= outcome["start_time"].get<double>());
+  const auto index = read_json_file(run / "checkpoints.json");
+  REQUIRE(index["checkpoints"].size() == 1);
+  CHECK(index["latest"] == "checkpoint_000001");
+  CHECK(index["checkpoints"][0]["step"] == 6);
+  std::ifstream report(run / "report.html");
+  const std::string html((std::istreambuf_iterator<char>(report)), {});
+  CHECK_THAT(html, Catch::Contains("<svg") && Catch::Contains("fsdp_train_ddp"));
+
+  SECTION("a launched run that fails is recorded as failed with rank 0's error") {
+    const auto failed = launched_pair("mismatch --variant allgather_vs_sum --storage failing", tag);
+    INFO(failed);
+    CHECK_THAT(failed, Catch::Contains("status 1 1"));
+    const auto o = read_json_file(dir / "failing" / "mismatch" / "outcome.json");
+    CHECK(o["status"] == "failed");
+    CHECK(o["error_rank"] == 0);
+    CHECK_THAT(o["error"].get<std::string>(), Catch::Contains("collectives do not match"));
+    CHECK(fs::exists(dir / "failing" / "mismatch" / "report.html"));
+  }
   CHECK(processes_with(tag) == 0);
 }

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -140,6 +141,48 @@ TEST_CASE("EpochCursor: ctx.end_epoch() makes a checkpoint resume at the next ep
   c.begin_epoch(5);
   CHECK_FALSE(c.ended());
   CHECK(c.resume_point() == std::pair<std::int64_t, std::int64_t>{5, 0});
+}
+
+TEST_CASE("EpochCursor: another worker count continues the epoch from its global sample offset", "[context][cursor][elastic]") {
+  d::sampler::EpochCursor c;
+  c.begin_epoch(0);
+  CHECK_FALSE(c.continue_from(48).has_value());  // a fresh epoch
+  c.begin_shard(21);
+  for (std::int64_t b = 0; b < 6; ++b) {
+    c.reached(b);
+    c.trained();
+  }
+  CHECK(c.resume_offset() == 6 * 48);
+  // Resumed by 2 workers (the checkpoint was 3 workers'): the rest of the epoch is dealt from 288.
+  d::sampler::EpochCursor two;
+  two.resume(0, 6, 288, /*redeal=*/true);
+  two.begin_epoch(0);
+  CHECK(two.continue_from(48) == std::optional<std::int64_t>(288));
+  CHECK(two.begin_shard(15) == 0);  // the re-dealt shard skips nothing
+  for (std::int64_t b = 0; b < 6; ++b) {
+    two.reached(b);
+    two.trained();
+  }
+  CHECK(two.resume_point() == std::pair<std::int64_t, std::int64_t>{0, 6});
+  CHECK(two.resume_offset() == 288 + 6 * 48);
+  // The same count again from that checkpoint: its position is the re-dealt shard's, so the
+  // offset (not the position) says where the epoch stands.
+  d::sampler::EpochCursor again;
+  again.resume(0, 6, 576, /*redeal=*/false);
+  again.begin_epoch(0);
+  CHECK(again.continue_from(48) == std::optional<std::int64_t>(576));
+  // A checkpoint of the same count whose offset is its position's: batches are skipped as before.
+  d::sampler::EpochCursor same;
+  same.resume(0, 6, 288, /*redeal=*/false);
+  same.begin_epoch(0);
+  CHECK_FALSE(same.continue_from(48).has_value());
+  CHECK(same.begin_shard(21) == 6);
+  // At the epoch's end the offset is the next epoch's start.
+  for (std::int64_t b = 6; b < 21; ++b) {
+    same.reached(b);
+    same.trained();
+  }
+  CHECK(same.resume_offset() == 0);
 }
 
 TEST_CASE("RunDirectory: names - the checkpoint listing newest first and a path that cannot be one", "[context][run_directory]") {

@@ -77,6 +77,27 @@ TEST_CASE("distributed: the permutation is a function of (seed, epoch) alone", "
   CHECK(a != iota_indices(1000));
 }
 
+TEST_CASE("distributed: the rest of an epoch dealt from an offset to another count covers it once", "[sampler][elastic]") {
+  using S = dtrain::sampler::distributed<7>;
+  const std::int64_t n = 1008;
+  std::vector<int> seen(n, 0);
+  // 6 global batches of 48 under 3 ranks, then 6 under 2, then the rest under 3.
+  for (int r = 0; r < 3; ++r) {
+    const auto mine = S::indices(n, r, 3, 4);
+    for (std::int64_t k = 0; k < 6 * 16; ++k) ++seen[static_cast<std::size_t>(mine[static_cast<std::size_t>(k)])];
+  }
+  for (int r = 0; r < 2; ++r) {
+    const auto mine = S::indices_from(288, n, r, 2, 4);
+    REQUIRE(mine.size() == static_cast<std::size_t>((n - 288) / 2));
+    for (std::int64_t k = 0; k < 6 * 24; ++k) ++seen[static_cast<std::size_t>(mine[static_cast<std::size_t>(k)])];
+  }
+  for (int r = 0; r < 3; ++r)
+    for (const auto i : S::indices_from(576, n, r, 3, 4)) ++seen[static_cast<std::size_t>(i)];
+  CHECK(std::count(seen.begin(), seen.end(), 1) == n);
+  CHECK(S::indices_from(0, n, 1, 3, 4) == S::indices(n, 1, 3, 4));
+  CHECK_THROWS_WITH(S::indices_from(n + 1, n, 0, 2, 4), Catch::Contains("sample offset 1009 is outside [0, 1008]"));
+}
+
 TEST_CASE("distributed: the permutation is the same in every run and standard library", "[sampler]") {
   // mt19937_64 and the Fisher-Yates loop are fully specified, so these values must never change:
   // a run resumed on another machine, or built with another compiler, must draw the same samples.

@@ -11,7 +11,8 @@
 //   precision.pt      amp's GradScaler state (loss scale, growth tracker), under loss scaling
 //   files/NAME        the user's files (with_file); objects/NAME.pt the user's objects (with_object)
 //   state.json        counters (iteration, epoch, steps), the reported metrics, the user's extras
-//   rank_RRRRR.json   one per rank: its sampler position and its default CPU generator's state
+//   rank_RRRRR.json   one per rank: its sampler position (and the epoch's global sample offset) and
+//                     its default CPU generator's state
 //   optimizer_rank_RRRRR.pt  under strategy::fsdp<> only: rank R's optimizer state (over its
 //                     shards); optimizer.pt then only records that the state is sharded
 //   manifest.json     every other file's size and CRC-32 (zlib), written last
@@ -267,6 +268,15 @@ class Checkpoint {
     if (rank < 0 || rank >= world_size_) return std::nullopt;
     const auto j = nlohmann::json::parse(detail::read_text(path_ / files::rank(rank)));
     return std::pair{j.at("epoch").get<std::int64_t>(), j.at("position").get<std::int64_t>()};
+  }
+
+  /// The epoch's global sample offset `rank` saved (the samples of the epoch all ranks together
+  /// had trained), when it is there and known.
+  std::optional<std::int64_t> sample_offset(int rank) const {
+    if (rank < 0 || rank >= world_size_) return std::nullopt;
+    const auto j = nlohmann::json::parse(detail::read_text(path_ / files::rank(rank)));
+    const auto offset = j.value("offset", std::int64_t{-1});
+    return offset >= 0 ? std::optional<std::int64_t>(offset) : std::nullopt;
   }
 
   /// The directory of the files saved with with_file(name, path), as Ray's as_directory(): read

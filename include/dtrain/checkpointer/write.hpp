@@ -79,6 +79,9 @@ struct Snapshot {
   torch::Tensor generator;       // this rank's default CPU generator
   torch::Tensor cuda_generator;  // this rank's CUDA generator, when it trains on a GPU
   std::int64_t epoch = 0, position = 0, steps = 0;
+  /// The epoch's global sample offset at `position` (all ranks' samples; -1 unknown): what a group
+  /// of another worker count continues the epoch from.
+  std::int64_t offset = -1;
 
   /// Saves a copy of the file at `source` (read now) as `name` in the checkpoint, under files/,
   /// covered by the manifest; Checkpoint::file(name) gives its path back. The model's state is
@@ -134,6 +137,7 @@ inline void write_rank_file(const std::filesystem::path& tmp, int rank, const Sn
   nlohmann::json j = {{"rank", rank},
                       {"epoch", s.epoch},
                       {"position", s.position},
+                      {"offset", s.offset},
                       {"rng", to_hex(gen.data_ptr<std::uint8_t>(), static_cast<std::size_t>(gen.numel()))}};
   if (s.cuda_generator.defined()) {
     const auto cuda = s.cuda_generator.contiguous();

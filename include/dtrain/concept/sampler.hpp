@@ -20,7 +20,11 @@ DTRAIN_NAMESPACE_BEGIN
 ///
 /// Optional members: `static ... indices(n, rank, world_size, epoch, std::uint64_t seed)`, the
 /// same drawn with a seed chosen at run time (RunConfig::seed); the Trainer's Sampler is called
-/// with it when a seed is set (sampler::distributed has it).
+/// with it when a seed is set (sampler::distributed has it). `static ... indices_from(std::int64_t
+/// offset, n, rank, world_size, epoch[, seed])`: the rest of the epoch after its first `offset`
+/// positions, dealt to `rank` of `world_size`, where after b global batches of G samples every
+/// world size has trained the same first b x G positions; with it a checkpoint resumes mid-epoch
+/// under another worker count and each sample of the epoch is trained once (ElasticSampler).
 ///
 /// Laws (checked by tests/laws/sampler.hpp for every model):
 /// - a pure function of its arguments: every rank computes every rank's share alike, every run;
@@ -38,6 +42,12 @@ concept SamplerPolicy = PolicyOf<S, category::sampler> && requires(std::int64_t 
 template <class S>
 concept SeededSampler = SamplerPolicy<S> && requires(std::int64_t n, int r, std::int64_t e, std::uint64_t seed) {
   { S::indices(n, r, r, e, seed) } -> std::same_as<std::vector<std::int64_t>>;
+};
+
+/// A Sampler that deals the rest of an epoch from its global sample offset to any world size.
+template <class S>
+concept ElasticSampler = SamplerPolicy<S> && requires(std::int64_t offset, std::int64_t n, int r, std::int64_t e) {
+  { S::indices_from(offset, n, r, r, e) } -> std::same_as<std::vector<std::int64_t>>;
 };
 
 DTRAIN_NAMESPACE_END

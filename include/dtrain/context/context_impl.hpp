@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -33,9 +34,13 @@ Context<Policies>::Context(const launch::WorkerIdentity& who, c10::intrusive_ptr
   if (const auto& ck = checkpoints_.resumed()) {
     steps_ = ck->steps();
     reports_ = kept = ck->iteration();
-    // Another worker count re-deals the epoch's samples: only an epoch boundary resumes exactly.
-    // (A rank the checkpoint had no file for would skip nothing while the others skip: a hang.)
-    if (ck->world_size() != who.world_size) {
+    // Another worker count continues the epoch from its global sample offset, which a Sampler
+    // with indices_from (sampler::distributed<>) deals to the new ranks; any other Sampler, or a
+    // checkpoint that saved no offset, resumes exactly only at an epoch boundary. (A rank the
+    // checkpoint had no file for would skip nothing while the others skip: a hang.)
+    const bool same_world = ck->world_size() == who.world_size;
+    constexpr bool deals_from_offset = ElasticSampler<trainer_sampler>;
+    if (!same_world && !(deals_from_offset && ck->sample_offset(0))) {
       std::int64_t mid_epoch = 0;
       for (int r = 0; r < ck->world_size(); ++r)
         if (const auto p = ck->sampler_state(r); p && p->second > 0) mid_epoch = p->second;
@@ -43,12 +48,18 @@ Context<Policies>::Context(const launch::WorkerIdentity& who, c10::intrusive_ptr
         throw ConfigError(ck->path().string() + " was written by " + std::to_string(ck->world_size()) +
                           " workers " + std::to_string(mid_epoch) + " batches into epoch " +
                           std::to_string(ck->epoch()) + "; a run of " + std::to_string(who.world_size) +
-                          " workers cannot continue that epoch exactly. Resume it with ScalingConfig::num_workers = " +
-                          std::to_string(ck->world_size()) + " (a checkpoint at an epoch's end resumes with any count)");
+                          " workers cannot continue that epoch exactly (" +
+                          (deals_from_offset ? "the checkpoint saved no global sample offset"
+                                             : "the Trainer's Sampler has no indices_from(offset, ...), as "
+                                               "sampler::distributed<> has") +
+                          "). Resume it with ScalingConfig::num_workers = " + std::to_string(ck->world_size()) +
+                          " (a checkpoint at an epoch's end resumes with any count)");
     }
-    // Under another worker count every rank resumes where rank 0 did: an epoch's start.
-    const auto position = ck->sampler_state(ck->world_size() == who.world_size ? who.rank : 0);
-    cursor_.resume(position ? position->first : ck->epoch(), position ? position->second : 0);
+    // Under another worker count every rank resumes where rank 0 did: the epoch's offset is global.
+    const int from = same_world ? who.rank : 0;
+    const auto position = ck->sampler_state(from);
+    cursor_.resume(position ? position->first : ck->epoch(), position ? position->second : 0,
+                   ck->sample_offset(from).value_or(-1), !same_world);
   }
   if (who.rank == 0) MetricsHistory::truncate_jsonl(dir_.history(), kept);
   stop_.start_counting_at(steps_);
@@ -68,11 +79,20 @@ auto Context<Policies>::shard(const Split& split, std::int64_t global_batch, Sam
   const std::int64_t batch_size = global_batch / world;
   constexpr bool counted = std::is_same_v<Sampler, trainer_sampler>;
   const auto n = static_cast<std::int64_t>(split.size());
+  // A resumed epoch that continues from its global sample offset (another worker count): the
+  // rest of it, dealt to this group's ranks.
+  std::optional<std::int64_t> offset;
+  if constexpr (counted) offset = cursor_.continue_from(global_batch);
   auto order = [&] {
     // A run-time seed (RunConfig::seed, else enable_reproducibility's) replaces the Sampler's own.
     if constexpr (counted && SeededSampler<Sampler>)
-      if (const auto seed = run_.seed ? run_.seed : sampler::process_seed())
+      if (const auto seed = run_.seed ? run_.seed : sampler::process_seed()) {
+        if constexpr (requires { Sampler::indices_from(0, 0, 0, 1, 0, *seed); })
+          if (offset) return Sampler::indices_from(*offset, n, world_rank(), world, cursor_.epoch(), *seed);
         return Sampler::indices(n, world_rank(), world, cursor_.epoch(), *seed);
+      }
+    if constexpr (ElasticSampler<Sampler>)
+      if (offset) return Sampler::indices_from(*offset, n, world_rank(), world, cursor_.epoch());
     return Sampler::indices(n, world_rank(), world, cursor_.epoch());
   }();
   std::int64_t first = 0;
@@ -123,6 +143,7 @@ checkpointer::Snapshot Context<Policies>::checkpoint(const Module& model, Optimi
   s.generator = checkpointer::detail::default_generator_state();
   if (device_.is_cuda()) s.cuda_generator = checkpointer::detail::device_generator_state(device_);
   std::tie(s.epoch, s.position) = cursor_.resume_point();
+  s.offset = cursor_.resume_offset();
   s.steps = steps_;
   checkpoints_.add_blocked(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return s;

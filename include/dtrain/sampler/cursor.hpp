@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <utility>
 
 #include <dtrain/version.hpp>
@@ -21,12 +22,30 @@ namespace sampler {
 /// training it is not counted, so the resumed epoch trains it.
 class EpochCursor {
  public:
-  /// Resumes at `epoch`, `position` batches into it.
-  void resume(std::int64_t epoch, std::int64_t position) {
+  /// Resumes at `epoch`, `position` batches into it; `offset`: the samples of the epoch's order
+  /// all ranks together had trained (-1: unknown, a checkpoint from before offsets were saved).
+  /// `redeal`: the worker count changed, so the epoch continues from `offset` (see continue_from).
+  void resume(std::int64_t epoch, std::int64_t position, std::int64_t offset = -1, bool redeal = false) {
     first_epoch_ = epoch_ = epoch;
     resume_position_ = position_ = position;
-    skip_pending_ = position > 0;
+    resume_offset_ = offset;
+    redeal_ = redeal;
+    skip_pending_ = position > 0 || offset > 0;
     in_hand_ = -1;
+  }
+
+  /// A shard of the Trainer's Sampler with `global_batch` samples a step (all ranks together)
+  /// begins. Returns the sample offset to deal the rest of the resumed epoch from, when it must
+  /// continue by offset rather than by skipping batches: under another worker count, or when the
+  /// checkpoint's own epoch had been dealt from an offset. The shard then skips nothing.
+  std::optional<std::int64_t> continue_from(std::int64_t global_batch) {
+    global_batch_ = global_batch;
+    if (!skip_pending_ || resume_offset_ < 0) return std::nullopt;
+    if (!redeal_ && resume_offset_ == resume_position_ * global_batch) return std::nullopt;
+    base_ = resume_offset_;
+    skip_pending_ = false;
+    position_ = 0;
+    return base_;
   }
 
   /// The epoch ctx.epochs(n) starts at: 0, or the resumed one.
@@ -45,6 +64,7 @@ class EpochCursor {
     epoch_batches_ = 0;
     in_hand_ = -1;
     ended_ = false;
+    base_ = 0;
     if (skip_pending_ && e == first_epoch_) {
       position_ = resume_position_;
     } else {
@@ -84,8 +104,20 @@ class EpochCursor {
     return {epoch_, position_};
   }
 
+  /// The epoch's global sample offset at resume_point(): the samples of its order all ranks
+  /// together trained (0 at an epoch's start), which another worker count continues from; -1 when
+  /// not known (no shard of this epoch yet, resumed from a checkpoint that saved no offset).
+  std::int64_t resume_offset() const {
+    if (ended_ || (epoch_batches_ > 0 && position_ >= epoch_batches_)) return 0;  // the next epoch's start
+    if (skip_pending_) return resume_offset_ >= 0 ? resume_offset_ : global_batch_ > 0 ? position_ * global_batch_ : -1;
+    if (position_ > 0 && global_batch_ == 0) return -1;  // no shard yet: unknown
+    return base_ + position_ * global_batch_;
+  }
+
  private:
   std::int64_t first_epoch_ = 0, epoch_ = 0, position_ = 0, epoch_batches_ = 0, resume_position_ = 0;
+  std::int64_t resume_offset_ = -1, base_ = 0, global_batch_ = 0;  // samples, all ranks together
+  bool redeal_ = false;
   std::int64_t in_hand_ = -1;  // the batch handed to the loop and not yet known to be trained
   bool skip_pending_ = false, ended_ = false;
 };

@@ -58,10 +58,25 @@ struct distributed {
   /// The same, drawn with `seed` in place of Seed.
   static std::vector<std::int64_t> indices(std::int64_t dataset_size, int rank, int world_size,
                                            std::int64_t epoch, std::uint64_t seed) {
+    return indices_from(0, dataset_size, rank, world_size, epoch, seed);
+  }
+
+  /// The rest of epoch `epoch` after its first `offset` positions (the samples all ranks together
+  /// trained of it: batches x global batch), dealt to `rank` of `world_size` as a whole epoch is
+  /// dealt: positions offset + rank, offset + rank + world, ... of its permutation. Every world size
+  /// trains the same first positions after the same number of global batches, so a group resumed
+  /// with another worker count continues the epoch from there and trains each sample once.
+  static std::vector<std::int64_t> indices_from(std::int64_t offset, std::int64_t dataset_size, int rank,
+                                                int world_size, std::int64_t epoch, std::uint64_t seed = Seed) {
+    if (offset < 0 || offset > dataset_size)
+      throw ConfigError("sampler::distributed: the epoch's sample offset " + std::to_string(offset) +
+                        " is outside [0, " + std::to_string(dataset_size) +
+                        "]; was the checkpoint written for another dataset?");
     if (rank < 0 || rank >= world_size)
       throw ConfigError("sampler::distributed: rank " + std::to_string(rank) +
                         " is outside [0, world_size = " + std::to_string(world_size) + ")");
     std::vector<std::int64_t> order(static_cast<std::size_t>(dataset_size));
+    if (dataset_size == 0) return {};
     std::iota(order.begin(), order.end(), std::int64_t{0});
     if constexpr (Shuffle) {
       // Mixing the epoch into the seed with a large odd constant keeps neighbouring (seed, epoch)
@@ -72,12 +87,12 @@ struct distributed {
         std::swap(order[i - 1], order[j]);
       }
     }
-    const std::int64_t per_rank = samples_per_rank(dataset_size, world_size);
+    const std::int64_t per_rank = samples_per_rank(dataset_size - offset, world_size);
     std::vector<std::int64_t> mine;
     mine.reserve(static_cast<std::size_t>(per_rank));
     for (std::int64_t k = 0; k < per_rank; ++k) {
       // With tail::pad the global position may run past the end: wrap to the permutation's start.
-      const std::int64_t global = k * world_size + rank;
+      const std::int64_t global = offset + k * world_size + rank;
       mine.push_back(order[static_cast<std::size_t>(global % dataset_size)]);
     }
     return mine;
