@@ -10,7 +10,14 @@
 //   image_classifier --root DIR [--workers N] [--threads-per-worker N] [--loader-threads N]
 //       [--global-batch N] [--epochs N] [--max-steps N] [--width N] [--channels 1|3] [--mean X]
 //       [--std X] [--seed N] [--decode-only] [--precision fp32|bf16] [--storage-path DIR] [--name NAME]
+//       [--init STATE_DICT.pt [--init-non-strict]] [--strategy ddp|fsdp]
 //
+// --strategy fsdp shards the model with strategy::fsdp<> (wrap::top_level: conv1, bn1, each
+// residual stage layer1..layer4 and fc are its units); model_state_bytes in the JSON line is what
+// rank 0 holds of parameters, gradients and optimizer state.
+// --init starts from weights saved by Python (torch.save(model.state_dict(), path), torchvision's
+// resnet18 names), loaded by name with dtrain::weights (strictly, or with --init-non-strict the
+// names in both, e.g. a pretrained network whose fc has another class count), then fine-tunes.
 // --loader-workers N is read as --loader-threads N (the peer's name for its DataLoader processes).
 
 #include <dtrain/data/image_folder.hpp>
@@ -18,6 +25,7 @@
 #include <dtrain/dtrain.hpp>
 #include <dtrain/evaluation/validation.hpp>
 #include <dtrain/schedule/warmup_cosine.hpp>
+#include <dtrain/weights.hpp>
 
 #include <chrono>
 #include <cstdlib>
@@ -39,18 +47,19 @@ double now_s() {
 }
 
 struct Options {
-  std::string root, precision = "fp32", storage = "image_runs", name = "image_classifier";
+  std::string root, precision = "fp32", strategy = "ddp", storage = "image_runs", name = "image_classifier", init;
   int workers = 2, threads = 1, loader_threads = 2, channels = 1;
   std::int64_t global_batch = 128, epochs = 1, max_steps = 0, width = 16, seed = 0;
   float mean = 0.2860f, std = 0.3530f;
-  bool decode_only = false;
+  bool decode_only = false, init_strict = true;
 };
 
 constexpr const char* usage =
     "usage: image_classifier --root DIR [--workers N] [--threads-per-worker N] [--loader-threads N]\n"
     "                        [--global-batch N] [--epochs N] [--max-steps N] [--width N] [--channels 1|3]\n"
     "                        [--mean X] [--std X] [--seed N] [--decode-only] [--precision fp32|bf16]\n"
-    "                        [--storage-path DIR] [--name NAME]\n";
+    "                        [--storage-path DIR] [--name NAME] [--init STATE_DICT.pt [--init-non-strict]]\n"
+    "                        [--strategy ddp|fsdp]\n";
 
 [[noreturn]] void usage_error(const std::string& why) {
   std::cerr << "image_classifier: " << why << "\n" << usage;
@@ -67,6 +76,10 @@ Options parse(int argc, char** argv) {
     }
     if (flag == "--decode-only") {
       o.decode_only = true;
+      continue;
+    }
+    if (flag == "--init-non-strict") {
+      o.init_strict = false;
       continue;
     }
     if (flag.rfind("--", 0) != 0) usage_error("unexpected argument '" + flag + "'");
@@ -109,11 +122,14 @@ Options parse(int argc, char** argv) {
     else if (flag == "--precision") o.precision = value;
     else if (flag == "--storage-path") o.storage = value;
     else if (flag == "--name") o.name = value;
+    else if (flag == "--init") o.init = value;
+    else if (flag == "--strategy") o.strategy = value;
     else usage_error("unknown flag " + flag);
   }
   if (o.root.empty()) usage_error("--root DIR is required (DIR/train/<class>/* and DIR/test/<class>/*)");
   if (o.channels == 2) usage_error("--channels must be 1 or 3, got 2");
   if (o.precision != "fp32" && o.precision != "bf16") usage_error("--precision must be fp32 or bf16, got '" + o.precision + "'");
+  if (o.strategy != "ddp" && o.strategy != "fsdp") usage_error("--strategy must be ddp or fsdp, got '" + o.strategy + "'");
   if (!(o.std > 0)) usage_error("--std must be positive");
   if (o.global_batch % o.workers)
     usage_error("--global-batch " + std::to_string(o.global_batch) + " must be divisible by --workers " +
@@ -135,7 +151,7 @@ auto test_split(const Options& o) {
 }
 using TrainSplit = decltype(train_split(Options{}));
 
-template <class Precision>
+template <class Precision, class Strategy>
 nlohmann::json run(const Options& o, double started) {
   const auto train = train_split(o);
   const auto test = test_split(o);
@@ -143,7 +159,7 @@ nlohmann::json run(const Options& o, double started) {
   if (test.source().classes() != train.source().classes())
     throw dtrain::DataError(o.root + "/test has other class directories than " + o.root + "/train");
 
-  using Trainer = dtrain::Trainer<resnet::ResNet, TrainSplit, dtrain::checkpointer::directory<>, Precision>;
+  using Trainer = dtrain::Trainer<resnet::ResNet, TrainSplit, dtrain::checkpointer::directory<>, Precision, Strategy>;
   dtrain::RunConfig run{.storage_path = o.storage, .name = o.name};
   run.checkpoint = {.num_to_keep = 1};
   run.start = dtrain::Start::fresh;
@@ -164,8 +180,10 @@ nlohmann::json run(const Options& o, double started) {
       return;
     }
     torch::manual_seed(static_cast<std::uint64_t>(o.seed));
-    auto model = ctx.prepare_model(
-        resnet::ResNet(resnet::Options{.width = o.width, .num_classes = classes, .in_channels = o.channels}));
+    resnet::ResNet net(resnet::Options{.width = o.width, .num_classes = classes, .in_channels = o.channels});
+    dtrain::weights::LoadReport init;
+    if (!o.init.empty()) init = dtrain::weights::load_python_state_dict(*net, o.init, {.strict = o.init_strict});
+    auto model = ctx.prepare_model(net);
     torch::optim::SGD opt(ctx.parameters(model), torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(5e-4));
     // CosineAnnealingLR(T_max = epochs), stepped once per epoch.
     dtrain::schedule::WarmupCosine cosine(opt, {.warmup_steps = 0, .total_steps = o.epochs});
@@ -201,7 +219,11 @@ nlohmann::json run(const Options& o, double started) {
       const double total = ctx.all_reduce(static_cast<double>(samples), dtrain::reduce::sum);
       ctx.report({{"epoch", epoch}, {"steps", ctx.steps()}, {"test_loss", v.loss}, {"test_accuracy", v.accuracy},
                   {"final_train_loss", last_loss}, {"train_samples", total}, {"train_loop_s", loop_s},
-                  {"train_samples_per_s", total / loop_s}, {"startup_s", first_step - started}},
+                  {"train_samples_per_s", total / loop_s}, {"startup_s", first_step - started},
+                  {"init_loaded", static_cast<std::int64_t>(init.loaded)},
+                  {"init_missing", static_cast<std::int64_t>(init.missing.size())},
+                  {"init_unexpected", static_cast<std::int64_t>(init.unexpected.size())},
+                  {"model_state_bytes", ctx.model_state_bytes(model, opt)}},
                  ctx.checkpoint(model, opt)
                      .with_object("pipeline", train.random_state())
                      .with_object(dtrain::schedule::checkpoint_name, cosine));
@@ -217,7 +239,8 @@ nlohmann::json run(const Options& o, double started) {
                  {"decode_samples_per_s", m.at("decode_samples_per_s").number()}});
     return line;
   }
-  line.update({{"model", "resnet18"}, {"width", o.width}, {"epochs", o.epochs},
+  line.update({{"model", "resnet18"}, {"width", o.width}, {"strategy", o.strategy},
+               {"model_state_bytes", static_cast<std::int64_t>(m.at("model_state_bytes").number())}, {"epochs", o.epochs},
                {"steps", static_cast<std::int64_t>(m.at("steps").number())},
                {"train_samples", static_cast<std::int64_t>(m.at("train_samples").number())},
                {"train_loop_s", m.at("train_loop_s").number()}, {"train_samples_per_s", m.at("train_samples_per_s").number()},
@@ -225,6 +248,10 @@ nlohmann::json run(const Options& o, double started) {
                {"test_loss", m.at("test_loss").number()}, {"test_accuracy", m.at("test_accuracy").number()},
                {"classes", static_cast<std::int64_t>(train.source().classes().size())},
                {"train_images", train.size()}, {"test_images", test.size()}});
+  if (!o.init.empty())
+    line.update({{"init", o.init}, {"init_loaded", static_cast<std::int64_t>(m.at("init_loaded").number())},
+                 {"init_missing", static_cast<std::int64_t>(m.at("init_missing").number())},
+                 {"init_unexpected", static_cast<std::int64_t>(m.at("init_unexpected").number())}});
   if (result.best_checkpoint()) line["checkpoint"] = result.best_checkpoint()->path().string();
   return line;
 }
@@ -237,8 +264,13 @@ int main(int argc, char** argv) try {
   if (!std::getenv("IMAGE_CLASSIFIER_START")) setenv("IMAGE_CLASSIFIER_START", std::to_string(script_start).c_str(), 1);
   const double started = std::stod(std::getenv("IMAGE_CLASSIFIER_START"));
   const auto o = parse(argc, argv);
-  auto line = o.precision == "bf16" ? run<dtrain::precision::amp<dtrain::precision::bf16>>(o, started)
-                                    : run<dtrain::precision::fp32>(o, started);
+  using bf16 = dtrain::precision::amp<dtrain::precision::bf16>;
+  using fp32 = dtrain::precision::fp32;
+  using ddp = dtrain::strategy::ddp<>;
+  using fsdp = dtrain::strategy::fsdp<>;  // wrap::top_level: each residual stage is a unit
+  const bool half = o.precision == "bf16", sharded = o.strategy == "fsdp";
+  auto line = sharded ? (half ? run<bf16, fsdp>(o, started) : run<fp32, fsdp>(o, started))
+                      : (half ? run<bf16, ddp>(o, started) : run<fp32, ddp>(o, started));
   line["wall_s"] = now_s() - started;
   std::cout << line.dump() << std::endl;
   return 0;
