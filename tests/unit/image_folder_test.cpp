@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <dtrain/data/fashion_mnist.hpp>
 #include <dtrain/data/image.hpp>
 #include <dtrain/data/image_folder.hpp>
 #include <dtrain/data/pipeline.hpp>
@@ -254,4 +255,32 @@ TEST_CASE("images: random_horizontal_flip mirrors about half the images and cent
   const dd::center_crop crop{2, 2};
   const auto c = crop(dd::Image{m, 0, "m"});
   CHECK(c.pixels.at<std::uint8_t>(0, 0) == 20);
+}
+
+TEST_CASE("images: scripts/make-image-folder read back through ImageFolder gives the IDX files' tensors and labels", "[images]") {
+  // What the image classifier trains on equals what fashion_mnist trains on from the IDX files:
+  // the same normalised pixels, the same labels, for every image of a 20-per-class slice. The IDX
+  // loader fuses the normalisation (x * (1 / (255 std)) - mean / std), so the floats may differ in
+  // the last bits: 1e-5 is a thousandth of one grey level (1 / (255 * 0.353) = 0.011).
+  TempDir tmp;
+  const std::string cmd = "/usr/bin/python3 " DTRAIN_MAKE_IMAGE_FOLDER " " + (tmp / "f").string() + " --per-class 20 > /dev/null";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  const auto idx = dd::FashionMnist::load();
+  for (const auto& [split, tensors] : {std::pair{"train", idx.train()}, std::pair{"test", idx.test()}}) {
+    const dd::ImageFolder folder(tmp / "f" / split, {.channels = 1});
+    REQUIRE(folder.size() == 200);
+    CHECK(folder.classes().front() == "0-t-shirt-top");
+    std::vector<dd::Image> images;
+    std::vector<std::int64_t> rows;
+    for (std::int64_t i = 0; i < folder.size(); ++i) {
+      images.push_back(folder[i]);
+      rows.push_back(std::stoll(fs::path(folder.path(i)).stem().string()));  // <index>.png: its IDX row
+    }
+    const auto batch = dd::stack_images{{0.2860f}, {0.3530f}}(images);
+    const auto at = torch::tensor(rows, torch::kInt64);
+    CHECK(torch::equal(batch["label"], tensors.targets().index_select(0, at).to(torch::kInt64)));
+    const auto want = tensors.data().index_select(0, at).to(torch::kFloat32);
+    INFO(split << ": largest difference " << (batch["image"] - want).abs().max().item<double>());
+    CHECK(torch::allclose(batch["image"], want, /*rtol=*/0, /*atol=*/1e-5));
+  }
 }
