@@ -61,3 +61,24 @@ function(dtrain_find_nccl error_var)
                         IMPORTED_LOCATION "${DTRAIN_NCCL_LIBRARY}"
                         INTERFACE_INCLUDE_DIRECTORIES "${DTRAIN_NCCL_INCLUDE_DIR}")
 endfunction()
+
+# dtrain::images: dtrain::dtrain plus OpenCV's core, imgcodecs and imgproc, for the programs that
+# include <dtrain/data/image.hpp> or <dtrain/data/image_folder.hpp> (the rest of dtrain does not
+# need OpenCV). Defined only where OpenCV is found; sets <found_var> to whether it is. Debian's
+# LibTorch loads these OpenCV libraries already, so linking them adds no library at run time.
+function(dtrain_find_opencv_images found_var)
+  set(${found_var} OFF PARENT_SCOPE)
+  if(TARGET dtrain::images)
+    set(${found_var} ON PARENT_SCOPE)
+    return()
+  endif()
+  find_package(OpenCV QUIET COMPONENTS core imgcodecs imgproc)
+  if(NOT OpenCV_FOUND)
+    return()
+  endif()
+  add_library(dtrain::images INTERFACE IMPORTED ${ARGN})
+  set_target_properties(dtrain::images PROPERTIES
+                        INTERFACE_INCLUDE_DIRECTORIES "${OpenCV_INCLUDE_DIRS}"
+                        INTERFACE_LINK_LIBRARIES "dtrain::dtrain;opencv_core;opencv_imgcodecs;opencv_imgproc")
+  set(${found_var} ON PARENT_SCOPE)
+endfunction()

@@ -1,0 +1,108 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""examples/image_classifier against ../shared/peers/image_peer.py, side by side in one run.
+
+    benchmarks/vs_image_peer.py --root DIR [--example build/examples/image_classifier]
+        [--peer ../shared/peers/image_peer.py] [--decode-steps 100] [--train-steps 60]
+        [--loader-threads 0,1] [--repeats 1] [--width 16] [--workers 2]
+
+DIR is an image folder (scripts/make-image-folder DIR). On the same folder, alternately:
+  1. the input pipeline alone (--decode-only, global batch 128 over the workers, --decode-steps
+     batches per worker): the peer decoding in its training processes (--loader-workers 0: with
+     DataLoader processes, 1 or more, image_peer.py fails to start them, "Can't pickle local object
+     'folders.<locals>.load'") against dtrain with each count of --loader-threads (0 = on the
+     training thread); images/s in all and per loader (a count of 0 counts as 1: the training
+     process decodes);
+  2. training (ResNet-18 at --width, SGD + cosine, global batch 128, --train-steps steps, one
+     intra-op thread and one BLAS thread per worker): the peer (decoding in the training process),
+     dtrain fp32 and dtrain bf16 (1 loader thread each) - samples/s, startup, test accuracy on the
+     whole test folder.
+Medians over --repeats; the ratios are dtrain / peer. One JSON line with every figure ends the
+output.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+here = os.path.dirname(os.path.abspath(__file__))
+p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+p.add_argument("--root", required=True)
+p.add_argument("--example", default=os.path.join(here, "..", "build", "examples", "image_classifier"))
+p.add_argument("--peer", default=os.path.join(here, "..", "..", "shared", "peers", "image_peer.py"))
+p.add_argument("--decode-steps", type=int, default=100)
+p.add_argument("--train-steps", type=int, default=60)
+p.add_argument("--loader-threads", default="0,1")
+p.add_argument("--repeats", type=int, default=1)
+p.add_argument("--width", type=int, default=16)
+p.add_argument("--workers", type=int, default=2)
+p.add_argument("--storage-path", default="/tmp/dtrain_image_bench")
+args = p.parse_args()
+if not os.path.isdir(os.path.join(args.root, "train")):
+    sys.exit("vs_image_peer: %s has no train/ folder; make one with scripts/make-image-folder %s" % (args.root, args.root))
+if not os.access(args.example, os.X_OK):
+    sys.exit("vs_image_peer: %s is not built (cmake --build build --target image_classifier)" % args.example)
+
+env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+names = iter(range(1_000_000))
+
+
+def run(cmd):
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    if out.returncode != 0:
+        sys.exit("failed: %s\n%s%s" % (" ".join(cmd), out.stdout, out.stderr[-4000:]))
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def peer(flags, loaders):
+    return run(["/usr/bin/python3", args.peer, "--loader-workers", str(loaders)] + flags)
+
+
+def dtrain(flags, loaders, precision="fp32"):
+    # A run directory of its own per run (the example starts fresh, but keep runs apart).
+    return run([args.example, "--loader-threads", str(loaders), "--precision", precision] + flags +
+               ["--storage-path", args.storage_path, "--name", "bench_%d_%d" % (os.getpid(), next(names))])
+
+
+def median(runs, key):
+    return statistics.median(r[key] for r in runs)
+
+
+common = ["--root", args.root, "--workers", str(args.workers), "--global-batch", "128", "--threads-per-worker", "1"]
+report = {"workers": args.workers, "width": args.width, "decode": {}, "train": {}}
+
+print("input pipeline (--decode-only, %d batches of %d per worker, %d workers)" %
+      (args.decode_steps, 128 // args.workers, args.workers))
+print("%-15s %14s %14s %16s %16s %7s" % ("dtrain loaders", "peer img/s", "dtrain img/s", "peer /loader",
+                                         "dtrain /loader", "ratio"))
+flags = common + ["--decode-only", "--max-steps", str(args.decode_steps)]
+for loaders in [int(x) for x in args.loader_threads.split(",")]:
+    peers, ours = [], []
+    for _ in range(args.repeats):
+        peers.append(peer(flags, 0))
+        ours.append(dtrain(flags, loaders))
+    a, b = median(peers, "decode_samples_per_s"), median(ours, "decode_samples_per_s")
+    pa, pb = a / args.workers, b / (args.workers * max(1, loaders))
+    report["decode"][str(loaders)] = {"peer": a, "dtrain": b, "peer_per_loader": pa, "dtrain_per_loader": pb,
+                                      "ratio": b / a, "per_loader_ratio": pb / pa}
+    print("%-15d %14.1f %14.1f %16.1f %16.1f %6.2fx" % (loaders, a, b, pa, pb, pb / pa))
+
+print("\ntraining (ResNet-18 width %d, %d steps of global batch 128, %d workers x 1 thread)" %
+      (args.width, args.train_steps, args.workers))
+flags = common + ["--width", str(args.width), "--max-steps", str(args.train_steps)]
+runs = {"peer": [], "dtrain fp32": [], "dtrain bf16": []}
+for _ in range(args.repeats):
+    runs["peer"].append(peer(flags, 0))
+    runs["dtrain fp32"].append(dtrain(flags, 1, "fp32"))
+    runs["dtrain bf16"].append(dtrain(flags, 1, "bf16"))
+print("%-12s %12s %10s %10s %8s" % ("", "samples/s", "startup_s", "test_acc", "ratio"))
+base = median(runs["peer"], "train_samples_per_s")
+for name, rs in runs.items():
+    sps = median(rs, "train_samples_per_s")
+    row = {"train_samples_per_s": sps, "startup_s": median(rs, "startup_s"), "test_accuracy": median(rs, "test_accuracy"),
+           "ratio": sps / base}
+    report["train"][name] = row
+    print("%-12s %12.1f %10.2f %10.4f %7.2fx" % (name, sps, row["startup_s"], row["test_accuracy"], row["ratio"]))
+print(json.dumps(report, sort_keys=True))
