@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The parts of dtrain that need no tensors: samplers, metrics and their history, configuration.
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -8,6 +9,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -23,6 +26,7 @@
 #include <dtrain/error.hpp>
 #include <dtrain/launch/environment.hpp>
 #include <dtrain/launch/process.hpp>
+#include <dtrain/memory.hpp>
 #include <dtrain/metrics.hpp>
 #include <dtrain/result.hpp>
 #include <dtrain/sampler/distributed.hpp>
@@ -466,4 +470,31 @@ TEST_CASE("Slurm's per-node task list gives each node its count", "[launch]") {
   CHECK(slurm_tasks_on_node("1,2,3", 2) == 3);
   CHECK_THROWS_WITH(slurm_tasks_on_node("2(x2)", 2), Catch::Contains("no task count for node 2"));
   CHECK_THROWS_AS(slurm_tasks_on_node("", 0), dtrain::ConfigError);
+}
+
+// Four 8 MiB blocks allocated, written and freed per round, as a training step does with its large
+// tensors: glibc by default trims the freed top of the heap (more than twice the largest block
+// mmap'ed so far) and the next round faults every page in again, ~8,000 faults a round.
+TEST_CASE("retain_freed_memory: a step's freed blocks are reused without page faults") {
+  REQUIRE(dtrain::retain_freed_memory());
+  void* (*volatile alloc)(std::size_t) = std::malloc;  // volatile: the compiler may not elide the pairs
+  void (*volatile release)(void*) = std::free;
+  constexpr std::size_t kBlock = std::size_t{8} << 20;
+  auto minor_faults = [] {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_minflt;
+  };
+  long before = 0;
+  for (int round = 0; round < 6; ++round) {
+    if (round == 1) before = minor_faults();
+    void* blocks[4];
+    for (auto& b : blocks) {
+      b = alloc(kBlock);
+      REQUIRE(b != nullptr);
+      std::memset(b, 1, kBlock);
+    }
+    for (int k = 3; k >= 0; --k) release(blocks[k]);
+  }
+  CHECK(minor_faults() - before < 1000);  // 0 here; 40,000 without the call
 }
