@@ -31,6 +31,7 @@
 #include <dtrain/launch/process.hpp>
 #include <dtrain/launch/rendezvous.hpp>
 #include <dtrain/launch/stop.hpp>
+#include <dtrain/memory.hpp>
 #include <dtrain/policy/resolve.hpp>
 #include <dtrain/result.hpp>
 #include <dtrain/run_directory.hpp>
@@ -130,7 +131,7 @@ class Trainer {
     try {
       launch::install_worker_stop_handlers();
       detail::set_worker_threads(scaling_.threads_per_worker);
-      launch::keep_freed_memory();
+      retain_freed_memory_by_default();
       store = launch::connect_store(who, run_.rendezvous_timeout);
       launch::rendezvous(*store, who, run_.rendezvous_timeout);
       if (!who.store_on_driver && who.rank == 0) tracked.emplace(start_tracking(who));

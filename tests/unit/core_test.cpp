@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -25,6 +27,7 @@
 #include <dtrain/error.hpp>
 #include <dtrain/launch/environment.hpp>
 #include <dtrain/launch/process.hpp>
+#include <dtrain/memory.hpp>
 #include <dtrain/metrics.hpp>
 #include <dtrain/result.hpp>
 #include <dtrain/sampler/distributed.hpp>
@@ -520,19 +523,29 @@ long faults_of_reallocating(Setup setup) {
 }
 }  // namespace
 
-TEST_CASE("keep_freed_memory keeps a freed block for the next batch unless GLIBC_TUNABLES decides", "[launch]") {
+TEST_CASE("retain_freed_memory keeps a freed block for the next batch; fit()'s default yields to the user's choice",
+          "[launch]") {
   const long pages = 4 * ((24 << 20) / 4096);  // what 4 rounds fault when each maps the block anew
   const long defaults = faults_of_reallocating([] {});
-  const long kept = faults_of_reallocating([] { dtrain::launch::keep_freed_memory(); });
-  const long users_choice = faults_of_reallocating([] {
+  const long retained = faults_of_reallocating([] { REQUIRE(dtrain::retain_freed_memory()); });
+  const long fit_default = faults_of_reallocating([] { dtrain::retain_freed_memory_by_default(); });
+  const long tunables_set = faults_of_reallocating([] {
     setenv("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=131072", 1);
-    dtrain::launch::keep_freed_memory();
+    dtrain::retain_freed_memory_by_default();
   });
-  INFO("page faults over 4 rounds: glibc's defaults " << defaults << ", kept " << kept << ", GLIBC_TUNABLES set "
-                                                       << users_choice << " (a round is " << pages / 4 << " pages)");
+  const long called_before = faults_of_reallocating([] {
+    dtrain::retain_freed_memory(128 * 1024, 128 * 1024);  // the program's own values (glibc's defaults)
+    dtrain::retain_freed_memory_by_default();
+  });
+  INFO("page faults over 4 rounds: glibc's defaults " << defaults << ", retained " << retained << ", fit()'s default "
+                                                       << fit_default << ", GLIBC_TUNABLES set " << tunables_set
+                                                       << ", the program's call first " << called_before
+                                                       << " (a round is " << pages / 4 << " pages)");
   CHECK(defaults > pages * 9 / 10);
-  CHECK(kept < pages / 10);
-  CHECK(users_choice > pages * 9 / 10);  // the user's setting is left alone
+  CHECK(retained < pages / 10);
+  CHECK(fit_default < pages / 10);
+  CHECK(tunables_set > pages * 9 / 10);   // the user's setting is left alone
+  CHECK(called_before > pages * 9 / 10);  // and so are the program's own values
 }
 
 TEST_CASE("Slurm's per-node task list gives each node its count", "[launch]") {
@@ -546,3 +559,4 @@ TEST_CASE("Slurm's per-node task list gives each node its count", "[launch]") {
   CHECK_THROWS_WITH(slurm_tasks_on_node("2(x2)", 2), Catch::Contains("no task count for node 2"));
   CHECK_THROWS_AS(slurm_tasks_on_node("", 0), dtrain::ConfigError);
 }
+

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -25,6 +26,15 @@ DTRAIN_NAMESPACE_BEGIN
 namespace data {
 
 namespace detail {
+// Lets the vocabulary's maps be searched with a std::string_view (no std::string per lookup).
+// A character of a word token: [A-Za-z0-9].
+constexpr bool is_ascii_word_char(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+struct StringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
 // A preprocessor's state as JSON text in one archive entry, readable with any JSON tool.
 inline void write_json(torch::serialize::OutputArchive& a, const char* kind, const nlohmann::json& j) {
   a.write("kind", c10::IValue(std::string(kind)));
@@ -148,20 +158,34 @@ class WordVocabulary {
  public:
   static constexpr std::int64_t pad_id = 0, unk_id = 1;
 
-  /// The tokens of `text`: ASCII letters lower-cased, and the two non-ASCII letters whose Python
-  /// lower() is ASCII (U+0130 -> "i" and a combining dot, U+212A Kelvin -> "k") likewise.
-  static std::vector<std::string> tokens(std::string_view text, std::int64_t max_len = 0) {
-    std::vector<std::string> out;
+  /// Calls `f(token)` (a std::string_view valid during the call) for each token of `text`, at most
+  /// `max_len` of them (0: all): ASCII letters lower-cased, and the two non-ASCII letters whose
+  /// Python lower() is ASCII (U+0130 -> "i" and a combining dot, U+212A Kelvin -> "k") likewise.
+  /// One buffer for every token: tokenising allocates nothing per token.
+  template <class F>
+  static void for_each_token(std::string_view text, std::int64_t max_len, F&& f) {
     std::string cur;
+    std::int64_t emitted = 0;
     auto flush = [&] {
-      if (!cur.empty() && (max_len <= 0 || static_cast<std::int64_t>(out.size()) < max_len)) out.push_back(cur);
+      if (!cur.empty()) {
+        f(std::string_view(cur));
+        ++emitted;
+      }
       cur.clear();
     };
     for (std::size_t i = 0; i < text.size(); ++i) {
       const auto c = static_cast<unsigned char>(text[i]);
-      if (c >= 'A' && c <= 'Z') cur += static_cast<char>(c - 'A' + 'a');
-      else if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) cur += static_cast<char>(c);
-      else if (c == 0xC4 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) == 0xB0) {
+      if (detail::is_ascii_word_char(c)) {  // the whole run of ASCII letters and digits at once
+        std::size_t end = i + 1;
+        while (end < text.size() && detail::is_ascii_word_char(static_cast<unsigned char>(text[end]))) ++end;
+        const auto from = cur.size();
+        cur.append(text.data() + i, end - i);
+        for (auto k = from; k < cur.size(); ++k)
+          if (cur[k] >= 'A' && cur[k] <= 'Z') cur[k] = static_cast<char>(cur[k] - 'A' + 'a');
+        i = end - 1;
+        continue;
+      }
+      if (c == 0xC4 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) == 0xB0) {
         cur += 'i';  // "i" + U+0307: the combining dot ends the token
         flush();
         ++i;
@@ -172,9 +196,15 @@ class WordVocabulary {
       } else {
         flush();
       }
-      if (max_len > 0 && static_cast<std::int64_t>(out.size()) >= max_len) return out;
+      if (max_len > 0 && emitted >= max_len) return;
     }
     flush();
+  }
+
+  /// The tokens of `text` (see for_each_token), at most `max_len` (0: all).
+  static std::vector<std::string> tokens(std::string_view text, std::int64_t max_len = 0) {
+    std::vector<std::string> out;
+    for_each_token(text, max_len, [&](std::string_view t) { out.emplace_back(t); });
     return out;
   }
 
@@ -182,9 +212,12 @@ class WordVocabulary {
   template <class Range>
   static WordVocabulary fit(const Range& texts, std::int64_t max_words, std::int64_t max_len = 0) {
     if (max_words < 0) throw DataError("WordVocabulary::fit: max_words must be 0 or more");
-    std::unordered_map<std::string, std::int64_t> counts;
+    std::unordered_map<std::string, std::int64_t, detail::StringHash, std::equal_to<>> counts;
     for (const auto& t : texts)
-      for (auto& tok : tokens(std::string_view(t), max_len)) ++counts[std::move(tok)];
+      for_each_token(std::string_view(t), max_len, [&](std::string_view tok) {
+        if (auto it = counts.find(tok); it != counts.end()) ++it->second;
+        else counts.emplace(std::string(tok), 1);
+      });
     std::vector<std::pair<std::string, std::int64_t>> ranked(counts.begin(), counts.end());
     const auto keep = std::min<std::size_t>(ranked.size(), static_cast<std::size_t>(max_words));
     auto by_count = [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; };
@@ -199,10 +232,10 @@ class WordVocabulary {
   /// Ids of `text`'s tokens (unknown words are <unk>); a text without tokens gives {<unk>}.
   std::vector<std::int64_t> encode(std::string_view text) const {
     std::vector<std::int64_t> ids;
-    for (const auto& tok : tokens(text, max_len_)) {
+    for_each_token(text, max_len_, [&](std::string_view tok) {
       const auto it = ids_.find(tok);
       ids.push_back(it == ids_.end() ? unk_id : it->second);
-    }
+    });
     if (ids.empty()) ids.push_back(unk_id);
     return ids;
   }
@@ -230,7 +263,7 @@ class WordVocabulary {
     for (std::size_t i = 0; i < words_.size(); ++i) ids_.emplace(words_[i], static_cast<std::int64_t>(i) + 2);
   }
   std::vector<std::string> words_;
-  std::unordered_map<std::string, std::int64_t> ids_;
+  std::unordered_map<std::string, std::int64_t, detail::StringHash, std::equal_to<>> ids_;
   std::int64_t max_len_ = 0;
 };
 

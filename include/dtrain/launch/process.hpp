@@ -4,9 +4,6 @@
 // make sure none outlives the driver.
 
 #include <fcntl.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/prctl.h>
@@ -43,24 +40,6 @@ inline std::vector<std::string> own_command_line() {
   while (std::getline(in, arg, '\0')) args.push_back(arg);
   if (args.empty()) throw Error("cannot read /proc/self/cmdline to start workers (is /proc mounted?)");
   return args;
-}
-
-/// Keeps memory a worker frees in its heap instead of handing it back to the kernel at once.
-///
-/// glibc returns the top of the heap when more than M_TRIM_THRESHOLD is free there and maps every
-/// block over M_MMAP_THRESHOLD afresh. A training step keeps its activations until backward, but
-/// a loop under NoGradGuard frees each layer's output at once, so each batch of an evaluation
-/// page-faulted its activations in again: the example's CNN evaluated the 10,000 test images in
-/// 20 s on 2 workers of the 2-core machine instead of 2 to 3 s. Workers keep up to 256 MiB free at the
-/// heap's top and map only blocks over 32 MiB (glibc's largest threshold), unless GLIBC_TUNABLES
-/// sets glibc.malloc.* itself: the user's choice wins.
-inline void keep_freed_memory() {
-#ifdef __GLIBC__
-  if (const char* tunables = std::getenv("GLIBC_TUNABLES"); tunables && std::strstr(tunables, "glibc.malloc."))
-    return;
-  ::mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  ::mallopt(M_TRIM_THRESHOLD, 256 << 20);
-#endif
 }
 
 /// The peak resident set of this process so far, in MiB (getrusage's ru_maxrss).

@@ -1,0 +1,132 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""examples/text_classifier against ../shared/peers/text_peer.py, side by side in one run.
+
+    benchmarks/vs_text_peer.py --data DIR [--example build/examples/text_classifier]
+                               [--peer ../shared/peers/text_peer.py] [--models transformer,bag]
+                               [--repeats 3] [--pick median|best] [--workers 2] [--global-batch 64]
+                               [--epochs 1] [--max-steps 0] [--max-len 128] [--vocab 20000] [--seed 0]
+                               [--threads-per-worker 1] [--loader-threads 2] [--json FILE]
+
+DIR is scripts/make-text-corpus's output (dataset.csv, holdout.csv). For each model the peer and
+dtrain run alternately, `repeats` times each, with the same flags, so a machine loaded by other
+work slows both alike. Each figure is the median (or, --pick best, the best: highest throughput,
+lowest times) of its runs; the table gives the ratios the issue sets targets for: training
+samples/s dtrain / peer (>= 1.5) and pipeline speed peer_s / dtrain_s (>= 3). Accuracy and F1 are
+printed beside the majority-class baseline of holdout.csv; the two must agree closely, since both
+do the same work (same split, vocabulary, model and optimiser) from different random initialisations.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+here = os.path.dirname(os.path.abspath(__file__))
+p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+p.add_argument("--data", required=True, help="a directory holding dataset.csv and holdout.csv")
+p.add_argument("--example", default=os.path.join(here, "..", "build", "examples", "text_classifier"))
+# ../shared beside the repository (/work/main), or beside a worktree's parent (/work/wt/NAME).
+peers = [os.path.normpath(os.path.join(here, *up, "shared", "peers", "text_peer.py")) for up in (["..", ".."], ["..", "..", ".."])]
+p.add_argument("--peer", default=next((c for c in peers if os.path.isfile(c)), peers[0]))
+p.add_argument("--models", default="transformer,bag")
+p.add_argument("--repeats", type=int, default=3)
+p.add_argument("--pick", choices=["median", "best"], default="median")
+p.add_argument("--workers", type=int, default=2)
+p.add_argument("--threads-per-worker", type=int, default=1)
+p.add_argument("--global-batch", type=int, default=64)
+p.add_argument("--epochs", type=int, default=1)
+p.add_argument("--max-steps", type=int, default=0)
+p.add_argument("--max-len", type=int, default=128)
+p.add_argument("--vocab", type=int, default=20000)
+p.add_argument("--seed", type=int, default=0)
+p.add_argument("--loader-threads", type=int, default=2, help="dtrain's own flag: its loader threads per worker")
+p.add_argument("--json", help="also write every run's JSON line and the picked figures to this file")
+args = p.parse_args()
+
+for name in ("dataset.csv", "holdout.csv"):
+    if not os.path.isfile(os.path.join(args.data, name)):
+        sys.exit("vs_text_peer: %s has no %s; build a corpus with scripts/make-text-corpus %s"
+                 % (args.data, name, args.data))
+if not os.path.isfile(args.example):
+    sys.exit("vs_text_peer: --example %s does not exist; build it: cmake --build build --target text_classifier"
+             % args.example)
+if not os.path.isfile(args.peer):
+    sys.exit("vs_text_peer: --peer %s does not exist; pass the path of text_peer.py" % args.peer)
+
+env = dict(os.environ, OPENBLAS_NUM_THREADS=str(args.threads_per_worker), OMP_NUM_THREADS=str(args.threads_per_worker))
+env.pop("TEXT_CLASSIFIER_START", None)  # the example's start time is its own, not an inherited one
+
+
+def run(cmd):
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    if out.returncode != 0:
+        sys.exit("vs_text_peer: failed: %s\n%s%s" % (" ".join(cmd), out.stdout, out.stderr[-4000:]))
+    lines = [l for l in out.stdout.strip().splitlines() if l.startswith("{")]
+    if not lines:
+        sys.exit("vs_text_peer: no JSON line from %s\n%s" % (" ".join(cmd), out.stdout))
+    return json.loads(lines[-1])
+
+
+common = ["--data", args.data, "--workers", str(args.workers), "--threads-per-worker", str(args.threads_per_worker),
+          "--global-batch", str(args.global_batch), "--epochs", str(args.epochs), "--max-steps", str(args.max_steps),
+          "--max-len", str(args.max_len), "--vocab", str(args.vocab), "--seed", str(args.seed)]
+names = iter(range(1_000_000))
+
+# (key, label, higher is better, how the ratio reads)
+SPEED = [("pipeline_s", "pipeline_s (read, split, vocab, tokenise)", False),
+         ("train_samples_per_s", "train_samples_per_s (collate included)", True),
+         ("startup_s", "startup_s (start -> first step)", False),
+         ("wall_s", "wall_s", False)]
+QUALITY = [("val_accuracy", "val_accuracy"), ("test_accuracy", "test_accuracy"), ("test_f1_macro", "test_f1_macro"),
+           ("majority_baseline", "majority_baseline (holdout)")]
+SAME = ["train_rows", "vocab_size", "classes", "steps", "train_samples"]
+
+
+def pick(runs, key, higher_better):
+    values = [r[key] for r in runs]
+    if args.pick == "median":
+        return statistics.median(values)
+    return max(values) if higher_better else min(values)
+
+
+record = {"args": vars(args), "runs": {}, "picked": {}}
+for model in args.models.split(","):
+    flags = ["--model", model] + common
+    peer, ours = [], []
+    for i in range(args.repeats):
+        peer.append(run(["/usr/bin/python3", args.peer] + flags))
+        # A run directory of its own per run: an existing one would be resumed, not trained again.
+        ours.append(run([args.example] + flags + ["--loader-threads", str(args.loader_threads),
+                                                  "--storage-path", "/tmp/dtrain_text_bench",
+                                                  "--name", "bench_%d_%d" % (os.getpid(), next(names))]))
+        print("%s run %d/%d: samples/s peer %.1f dtrain %.1f | pipeline_s peer %.3f dtrain %.3f"
+              % (model, i + 1, args.repeats, peer[-1]["train_samples_per_s"], ours[-1]["train_samples_per_s"],
+                 peer[-1]["pipeline_s"], ours[-1]["pipeline_s"]), flush=True)
+    for key in SAME:
+        if peer[0].get(key) != ours[0].get(key):
+            print("  note: %s differs: peer %s, dtrain %s" % (key, peer[0].get(key), ours[0].get(key)))
+    record["runs"][model] = {"peer": peer, "dtrain": ours}
+    picked = record["picked"][model] = {}
+    print("\n%s model, %d worker(s) x %d thread(s), global batch %d, %s of %d run(s) each, interleaved"
+          % (model, args.workers, args.threads_per_worker, args.global_batch, args.pick, args.repeats))
+    print("| %-44s | %10s | %10s | %-26s |" % ("", "peer", "dtrain", "dtrain vs peer"))
+    print("| %s | %s | %s | %s |" % ("-" * 44, "-" * 10, "-" * 10, "-" * 26))
+    for key, label, higher in SPEED:
+        a, b = pick(peer, key, higher), pick(ours, key, higher)
+        ratio = (b / a) if higher else (a / b)
+        picked[key] = {"peer": a, "dtrain": b, "ratio": ratio}
+        target = {"train_samples_per_s": " (target >= 1.5x)", "pipeline_s": " faster (target >= 3x)"}.get(key, " faster")
+        print("| %-44s | %10.3f | %10.3f | x%-25s |" % (label, a, b, "%.2f%s" % (ratio, target)))
+    for key, label in QUALITY:
+        a, b = pick(peer, key, True), pick(ours, key, True)
+        picked[key] = {"peer": a, "dtrain": b}
+        print("| %-44s | %10.4f | %10.4f | %-26s |" % (label, a, b, ""))
+    print("| %-44s | %10s | %10s | %-26s |" % ("train rows / vocabulary", "%d / %d" % (peer[0]["train_rows"], peer[0]["vocab_size"]),
+                                              "%d / %d" % (ours[0]["train_rows"], ours[0]["vocab_size"]), ""))
+    print(flush=True)
+
+if args.json:
+    with open(args.json, "w") as f:
+        json.dump(record, f, indent=1, sort_keys=True)
