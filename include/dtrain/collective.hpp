@@ -105,6 +105,10 @@ class Work {
   Work(c10::intrusive_ptr<c10d::Work> work, std::string what)
       : work_(std::move(work)), what_(std::move(what)) {}
   Work(std::shared_future<void> done, std::string what) : done_(std::move(done)), what_(std::move(what)) {}
+  /// As above, for a queue of collectives whose thread the waiter may relieve: wait() first calls
+  /// `help`, which runs the queued collectives up to this one on the waiting thread.
+  Work(std::shared_future<void> done, std::function<void()> help, std::string what)
+      : done_(std::move(done)), help_(std::move(help)), what_(std::move(what)) {}
   Work(std::shared_ptr<Completion> completion, std::string what)
       : completion_(std::move(completion)), what_(std::move(what)) {}
 
@@ -137,6 +141,7 @@ class Work {
     }
     try {
       if (work_) work_->wait();
+      if (help_) std::exchange(help_, nullptr)();
       if (done_.valid()) done_.get();
     } catch (const CollectiveMismatch&) {
       work_.reset();
@@ -166,6 +171,7 @@ class Work {
  private:
   c10::intrusive_ptr<c10d::Work> work_;
   std::shared_future<void> done_;
+  std::function<void()> help_;
   std::shared_ptr<Completion> completion_;
   c10::intrusive_ptr<c10d::Work> exchange_;
   std::function<void()> verify_;

@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include <dtrain/config.hpp>
+#include <dtrain/detail/shm_allreduce.hpp>
 #include <dtrain/error.hpp>
 #include <dtrain/launch/environment.hpp>
 #include <dtrain/launch/process.hpp>
@@ -563,3 +564,21 @@ TEST_CASE("Slurm's per-node task list gives each node its count", "[launch]") {
   CHECK_THROWS_AS(slurm_tasks_on_node("", 0), dtrain::ConfigError);
 }
 
+
+TEST_CASE("shared-memory barrier: the spin is long only when every rank's threads have a core", "[collective]") {
+  using dtrain::detail::shm_channel;
+  unsetenv("DTRAIN_SHM_SPIN_US");
+  torch::set_num_threads(1);
+  CHECK(shm_channel::spin_budget(1) == std::chrono::milliseconds(1));
+  // More ranks than this process has CPUs: a spinning rank would take a core its peer needs.
+  CHECK(shm_channel::spin_budget(1 << 20) == std::chrono::nanoseconds(0));
+
+  setenv("DTRAIN_SHM_SPIN_US", "250", 1);
+  CHECK(shm_channel::spin_budget(1 << 20) == std::chrono::microseconds(250));
+  for (const char* bad : {"abc", "-1", "12us", "10000001", "99999999999999999999999"}) {
+    setenv("DTRAIN_SHM_SPIN_US", bad, 1);
+    CHECK_THROWS_MATCHES(shm_channel::spin_budget(2), dtrain::ConfigError,
+                         MessageContains({"DTRAIN_SHM_SPIN_US=\"" + std::string(bad) + "\"", "microseconds from 0 to 10000000"}));
+  }
+  unsetenv("DTRAIN_SHM_SPIN_US");
+}

@@ -85,7 +85,7 @@ struct gloo_with_threads {
       const auto call = describe(CollectiveCall::op::allreduce, static_cast<std::int64_t>(op), t);
       const std::string what = "allreduce of " + std::to_string(t.numel()) + " values";
       if (shm_ && detail::shm_channel::supports(t) && (op == reduce::sum || op == reduce::mean))
-        return {shm_->allreduce(call, t, op == reduce::mean), what};
+        return shm_work(shm_->allreduce(call, t, op == reduce::mean), what);
       return checked(call, [&] { return gloo_allreduce(t, op); }, what);
     }
 
@@ -93,7 +93,7 @@ struct gloo_with_threads {
     Work broadcast(torch::Tensor& t, int root = 0) {
       const auto call = describe(CollectiveCall::op::broadcast, root, t);
       const std::string what = "broadcast from rank " + std::to_string(root);
-      if (shm_ && t.device().is_cpu() && t.is_contiguous()) return {shm_->broadcast(call, t, root), what};
+      if (shm_ && t.device().is_cpu() && t.is_contiguous()) return shm_work(shm_->broadcast(call, t, root), what);
       return checked(call, [&] {
         std::vector<torch::Tensor> v{t};
         c10d::BroadcastOptions o;
@@ -125,7 +125,7 @@ struct gloo_with_threads {
       const auto call = describe(CollectiveCall::op::allgather, -1, in);
       const std::string what = "allgather of " + std::to_string(n) + " values";
       if (shm_ && out.device().is_cpu() && in.device().is_cpu())
-        return {shm_->allgather(call, out, in.contiguous()), what};
+        return shm_work(shm_->allgather(call, out, in.contiguous()), what);
       return checked(call, [&] {
         std::vector<torch::Tensor> views;
         for (int r = 0; r < size_; ++r) views.push_back(out.narrow(0, r * n, n).view(in.sizes()));
@@ -151,7 +151,7 @@ struct gloo_with_threads {
       const auto call = describe(CollectiveCall::op::reduce_scatter, static_cast<std::int64_t>(op), in);
       const std::string what = "reduce_scatter of " + std::to_string(in.numel()) + " values";
       if (shm_ && detail::shm_channel::supports(in) && out.is_contiguous() && (op == reduce::sum || op == reduce::mean))
-        return {shm_->reduce_scatter(call, out, in, op == reduce::mean), what};
+        return shm_work(shm_->reduce_scatter(call, out, in, op == reduce::mean), what);
       auto slice = in.narrow(0, rank_ * n, n);
       return checked(call, [&] { return gloo_allreduce(in, op); }, what).then([out, slice]() mutable {
         out.view({-1}).copy_(slice);
@@ -167,6 +167,10 @@ struct gloo_with_threads {
     std::uint64_t collectives() const { return seq_; }
 
    private:
+    static Work shm_work(detail::shm_channel::pending p, std::string what) {
+      return Work(std::move(p.done), std::move(p.help), std::move(what));
+    }
+
     CollectiveCall describe(CollectiveCall::op operation, std::int64_t argument, const torch::Tensor& t) {
       return {operation, argument, t.defined() ? t.scalar_type() : c10::ScalarType::Undefined,
               t.defined() ? t.numel() : 0, ++seq_};
@@ -180,7 +184,7 @@ struct gloo_with_threads {
     template <class Issue>
     Work checked(const CollectiveCall& call, Issue&& issue, std::string what) {
       if (shm_) {
-        Work(shm_->check(call), what).wait();
+        shm_work(shm_->check(call), what).wait();
         return {issue(), std::move(what)};
       }
       const auto words = call.encode();
