@@ -11,7 +11,7 @@
 //       [--loader-threads N] [--storage-path DIR] [--name NAME]
 
 #include <dtrain/data/collate.hpp>
-#include <dtrain/data/csv.hpp>
+#include <dtrain/data/csv_table.hpp>
 #include <dtrain/data/pipeline.hpp>
 #include <dtrain/data/preprocess.hpp>
 #include <dtrain/data/splits.hpp>
@@ -22,13 +22,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <future>
-#include <iterator>
 #include <iostream>
 #include <map>
 #include <stdexcept>
 #include <string>
-#include <thread>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -103,12 +101,11 @@ TORCH_MODULE(TextClassifier);
 
 // Token ids and labels encoded once (the pipeline's tokenising), a sample by index.
 struct Encoded {
-  std::vector<std::vector<std::int64_t>> ids;
+  data::TokenIds ids;
   std::vector<std::int64_t> labels;
-  std::int64_t size() const { return static_cast<std::int64_t>(ids.size()); }
+  std::int64_t size() const { return ids.size(); }
   data::Fields operator[](std::int64_t i) const {
-    return {{"input_ids", torch::tensor(ids[static_cast<std::size_t>(i)], torch::kInt64)},
-            {"label", torch::tensor(labels[static_cast<std::size_t>(i)])}};
+    return {{"input_ids", ids.tensor(i)}, {"label", torch::tensor(labels[static_cast<std::size_t>(i)])}};
   }
 };
 
@@ -117,19 +114,34 @@ auto batches_of(Encoded e, int threads) {
 }
 using Batches = decltype(batches_of(Encoded{}, 0));
 
+// A table's texts (title + " " + description) and tags, read once.
 struct Rows {
-  std::vector<std::string> texts, tags;
-};
-Rows read_rows(const std::string& path) {
-  const data::CsvSource src(path);
-  Rows r;
-  for (std::int64_t i = 0; i < src.size(); ++i) {
-    const auto row = src.row(i);
-    r.texts.push_back(row.text("title") + " " + row.text("description"));
-    r.tags.push_back(row.text("tag"));
+  data::CsvTable table;
+  std::vector<std::string> texts;
+  std::vector<std::string_view> tags;  // into `table`
+  explicit Rows(const std::string& path) : table(data::read_csv(path)) {
+    const auto title = table.column("title"), description = table.column("description");
+    texts.reserve(static_cast<std::size_t>(table.size()));
+    for (std::int64_t i = 0; i < table.size(); ++i) {
+      auto& t = texts.emplace_back(title[i]);
+      t += ' ';
+      t += description[i];
+    }
+    const auto tag = table.column("tag");
+    tags.assign(tag.begin(), tag.end());
   }
-  return r;
-}
+  template <class Indices>
+  std::vector<std::string_view> texts_at(const Indices& rows) const {
+    std::vector<std::string_view> out;
+    for (auto i : rows) out.emplace_back(texts[static_cast<std::size_t>(i)]);
+    return out;
+  }
+  std::vector<std::int64_t> labels_at(const std::vector<std::int64_t>& rows, const data::LabelEncoder& labels) const {
+    std::vector<std::int64_t> out;
+    for (auto i : rows) out.push_back(labels.transform(std::string(tags[static_cast<std::size_t>(i)])));
+    return out;
+  }
+};
 
 }  // namespace
 
@@ -143,47 +155,21 @@ int main(int argc, char** argv) try {
   torch::set_num_threads(o.threads);
 
   // The pipeline: read, split, vocabulary, labels, tokenise (every worker does it, as the peer's
-  // driver does once).
+  // driver does once). Each file is read once; the training texts are tokenised once, by the
+  // vocabulary's fit_transform.
   const double t0 = now_s();
-  // The driver's pipeline runs before any worker starts: the machine's cores are free for it.
-  const auto pipeline_threads = static_cast<std::size_t>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
-  auto holdout_read = std::async(std::launch::async, read_rows, o.data_dir + "/holdout.csv");
-  const auto rows = read_rows(o.data_dir + "/dataset.csv");
-  const auto holdout = holdout_read.get();
+  const Rows rows(o.data_dir + "/dataset.csv");
+  const Rows holdout(o.data_dir + "/holdout.csv");
   const auto split = data::stratified_split(rows.tags, 0.2, 0.0, static_cast<std::uint64_t>(o.seed));
-  std::vector<std::string> train_texts;
-  for (auto i : split.train) train_texts.push_back(rows.texts[static_cast<std::size_t>(i)]);
-  const auto vocab = data::WordVocabulary::fit(train_texts, o.vocab, o.max_len);
+  auto [vocab, train_ids] = data::WordVocabulary::fit_transform(rows.texts_at(split.train), o.vocab, o.max_len);
   const auto labels = data::LabelEncoder::fit(rows.tags);  // the peer's: every tag of dataset.csv
-  // Tokenising is per row: the rows are cut into one contiguous part per thread, and the parts
-  // joined in order, so the result is the one-thread result.
-  auto encode = [&](const Rows& r, const std::vector<std::int64_t>& which) {
-    const auto parts = std::min<std::size_t>(pipeline_threads, std::max<std::size_t>(1, which.size() / 256));
-    std::vector<Encoded> part(parts);
-    auto encode_part = [&](std::size_t p) {
-      for (auto k = which.size() * p / parts; k < which.size() * (p + 1) / parts; ++k) {
-        const auto row = static_cast<std::size_t>(which[k]);
-        if (!labels.contains(r.tags[row])) continue;
-        part[p].ids.push_back(vocab.encode(r.texts[row]));
-        part[p].labels.push_back(labels.transform(r.tags[row]));
-      }
-    };
-    std::vector<std::thread> threads;
-    for (std::size_t p = 1; p < parts; ++p) threads.emplace_back(encode_part, p);
-    encode_part(0);
-    for (auto& t : threads) t.join();
-    Encoded e = std::move(part[0]);
-    for (std::size_t p = 1; p < parts; ++p) {
-      std::move(part[p].ids.begin(), part[p].ids.end(), std::back_inserter(e.ids));
-      e.labels.insert(e.labels.end(), part[p].labels.begin(), part[p].labels.end());
-    }
-    return e;
-  };
-  std::vector<std::int64_t> all_holdout(holdout.texts.size());
-  for (std::size_t i = 0; i < all_holdout.size(); ++i) all_holdout[i] = static_cast<std::int64_t>(i);
-  const auto train = batches_of(encode(rows, split.train), o.loader_threads);
-  const auto val = batches_of(encode(rows, split.validation), o.loader_threads);
-  const auto test = batches_of(encode(holdout, all_holdout), 0);
+  std::vector<std::int64_t> all_holdout;  // the peer drops holdout rows whose tag is not a training one
+  for (std::int64_t i = 0; i < holdout.table.size(); ++i)
+    if (labels.contains(std::string(holdout.tags[static_cast<std::size_t>(i)]))) all_holdout.push_back(i);
+  const auto train = batches_of({std::move(train_ids), rows.labels_at(split.train, labels)}, o.loader_threads);
+  const auto val = batches_of({vocab.encode_all(rows.texts_at(split.validation)), rows.labels_at(split.validation, labels)},
+                              o.loader_threads);
+  const auto test = batches_of({vocab.encode_all(holdout.texts_at(all_holdout)), holdout.labels_at(all_holdout, labels)}, 0);
   const double pipeline_s = now_s() - t0;
 
   using Trainer = dtrain::Trainer<TextClassifier, Batches, dtrain::checkpointer::directory<>>;
@@ -239,7 +225,7 @@ int main(int argc, char** argv) try {
   (void)predictor.predict(test, 256, &cm);
   const auto per_class = cm.per_class();
   std::map<std::string, std::int64_t> counts;
-  for (const auto& t : holdout.tags) ++counts[t];
+  for (const auto& t : holdout.tags) ++counts[std::string(t)];
   std::int64_t most = 0;
   for (const auto& [t, n] : counts) most = std::max(most, n);
   const std::vector<std::string> raw = {"command-line tool to manage disk partitions", "HTTP proxy server daemon",
