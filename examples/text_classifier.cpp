@@ -8,12 +8,16 @@
 //
 //   text_classifier --data DIR [--model transformer|bag] [--workers N] [--threads-per-worker N]
 //       [--global-batch N] [--epochs N] [--max-steps N] [--max-len N] [--vocab N] [--seed N]
-//       [--loader-threads N] [--storage-path DIR] [--name NAME]
+//       [--loader-threads N] [--storage-path DIR] [--name NAME] [--tokenizer word|sentencepiece]
+//
+// --tokenizer sentencepiece trains a SentencePiece unigram model of --vocab pieces on the training
+// split instead of the peer's word vocabulary (libsentencepiece0, loaded at run time).
 
 #include <dtrain/data/collate.hpp>
 #include <dtrain/data/csv_table.hpp>
 #include <dtrain/data/pipeline.hpp>
 #include <dtrain/data/preprocess.hpp>
+#include <dtrain/data/sentencepiece.hpp>
 #include <dtrain/data/splits.hpp>
 #include <dtrain/dtrain.hpp>
 #include <dtrain/memory.hpp>
@@ -27,6 +31,8 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -41,7 +47,7 @@ double now_s() {
 }
 
 struct Options {
-  std::string data_dir, model = "transformer", storage = "text_runs", name = "text_classifier";
+  std::string data_dir, model = "transformer", tokenizer = "word", storage = "text_runs", name = "text_classifier";
   int workers = 2, threads = 1, loader_threads = 2;
   std::int64_t global_batch = 64, epochs = 1, max_steps = 0, max_len = 128, vocab = 20000, seed = 0;
 };
@@ -54,6 +60,7 @@ Options parse(int argc, char** argv) {
     const std::string v = argv[i + 1];
     if (f == "--data") o.data_dir = v;
     else if (f == "--model") o.model = v;
+    else if (f == "--tokenizer") o.tokenizer = v;
     else if (f == "--workers") o.workers = std::stoi(v);
     else if (f == "--threads-per-worker") o.threads = std::stoi(v);
     else if (f == "--global-batch") o.global_batch = std::stoll(v);
@@ -69,6 +76,8 @@ Options parse(int argc, char** argv) {
   }
   if (o.data_dir.empty()) throw std::invalid_argument("--data DIR (holding dataset.csv and holdout.csv) is required");
   if (o.model != "transformer" && o.model != "bag") throw std::invalid_argument("--model is transformer or bag");
+  if (o.tokenizer != "word" && o.tokenizer != "sentencepiece")
+    throw std::invalid_argument("--tokenizer is word (the peer's) or sentencepiece");
   if (o.workers < 1 || o.global_batch % o.workers) throw std::invalid_argument("--global-batch must be a multiple of --workers");
   return o;
 }
@@ -145,15 +154,20 @@ struct Rows {
 
 }  // namespace
 
-int main(int argc, char** argv) try {
-  // A step frees and re-allocates the same large tensors; glibc would return them to the kernel.
-  dtrain::retain_freed_memory();
-  const double script_start = now_s();
-  if (!std::getenv("TEXT_CLASSIFIER_START")) setenv("TEXT_CLASSIFIER_START", std::to_string(script_start).c_str(), 1);
-  const double started = std::stod(std::getenv("TEXT_CLASSIFIER_START"));
-  const auto o = parse(argc, argv);
-  torch::set_num_threads(o.threads);
+// The tokenizer fitted on the training texts, and those texts' ids.
+template <class Tokenizer>
+std::pair<Tokenizer, data::TokenIds> fit_tokenizer(const std::vector<std::string_view>& texts, const Options& o) {
+  if constexpr (std::is_same_v<Tokenizer, data::WordVocabulary>) {
+    return data::WordVocabulary::fit_transform(texts, o.vocab, o.max_len);  // one tokenising pass
+  } else {
+    auto t = data::SentencePieceTokenizer::fit(texts, {.vocab_size = o.vocab, .max_len = o.max_len});
+    auto ids = t.encode_all(texts);
+    return {std::move(t), std::move(ids)};
+  }
+}
 
+template <class Tokenizer>
+void train_and_report(const Options& o, double script_start, double started) {
   // The pipeline: read, split, vocabulary, labels, tokenise (every worker does it, as the peer's
   // driver does once). Each file is read once; the training texts are tokenised once, by the
   // vocabulary's fit_transform.
@@ -161,7 +175,7 @@ int main(int argc, char** argv) try {
   const Rows rows(o.data_dir + "/dataset.csv");
   const Rows holdout(o.data_dir + "/holdout.csv");
   const auto split = data::stratified_split(rows.tags, 0.2, 0.0, static_cast<std::uint64_t>(o.seed));
-  auto [vocab, train_ids] = data::WordVocabulary::fit_transform(rows.texts_at(split.train), o.vocab, o.max_len);
+  auto [vocab, train_ids] = fit_tokenizer<Tokenizer>(rows.texts_at(split.train), o);
   const auto labels = data::LabelEncoder::fit(rows.tags);  // the peer's: every tag of dataset.csv
   std::vector<std::int64_t> all_holdout;  // the peer drops holdout rows whose tag is not a training one
   for (std::int64_t i = 0; i < holdout.table.size(); ++i)
@@ -218,7 +232,7 @@ int main(int argc, char** argv) try {
 
   // The best checkpoint by val_loss, with its vocabulary and label names: the holdout and raw strings.
   using Predictor = dtrain::evaluation::Predictor<TextClassifier>;
-  auto predictor = Predictor::from_checkpoint(result.best_checkpoint()->path(),
+  auto predictor = Predictor::from_checkpoint<Tokenizer>(result.best_checkpoint()->path(),
                                               TextClassifier(vocab.size(), labels.size(), transformer),
                                               dtrain::evaluation::TextInputs{});
   dtrain::evaluation::ConfusionMatrix cm(labels.size());
@@ -249,10 +263,23 @@ int main(int argc, char** argv) try {
       {"val_accuracy", m.at("val_accuracy").number()}, {"test_accuracy", cm.accuracy()},
       {"test_f1_macro", f1_sum / static_cast<double>(std::max<std::size_t>(1, per_class.f1.size()))},
       {"majority_baseline", holdout.tags.empty() ? 0.0 : static_cast<double>(most) / static_cast<double>(holdout.tags.size())},
-      {"vocab_size", vocab.size()}, {"classes", labels.size()}, {"train_rows", split.train.size()},
+      {"vocab_size", vocab.size()}, {"tokenizer", o.tokenizer}, {"classes", labels.size()}, {"train_rows", split.train.size()},
       {"threads_per_worker", o.threads}, {"loader_threads", o.loader_threads},
       {"best_checkpoint", result.best_checkpoint()->path().string()}, {"wall_s", now_s() - script_start}};
   std::cout << line.dump() << std::endl;
+}
+
+int main(int argc, char** argv) try {
+  // A step frees and re-allocates the same large tensors; glibc would return them to the kernel.
+  dtrain::retain_freed_memory();
+  const double script_start = now_s();
+  if (!std::getenv("TEXT_CLASSIFIER_START")) setenv("TEXT_CLASSIFIER_START", std::to_string(script_start).c_str(), 1);
+  const double started = std::stod(std::getenv("TEXT_CLASSIFIER_START"));
+  const auto o = parse(argc, argv);
+  torch::set_num_threads(o.threads);
+
+  if (o.tokenizer == "sentencepiece") train_and_report<data::SentencePieceTokenizer>(o, script_start, started);
+  else train_and_report<data::WordVocabulary>(o, script_start, started);
   return 0;
 } catch (const std::exception& e) {
   std::cerr << "text_classifier: " << e.what() << std::endl;

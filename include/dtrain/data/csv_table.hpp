@@ -28,7 +28,7 @@ namespace data {
 
 /// A CSV file in memory, with CsvSource's grammar, errors and column types. `column(name)[i]` is
 /// a std::string_view into the table; `row(i)` gives a data::Row, so a table is a row source for
-/// Subset and pipelined() too. Thread-safe reads.
+/// Subset and pipelined() too. Copies share the bytes. Thread-safe reads.
 ///
 ///   const auto t = data::read_csv("dataset.csv");
 ///   for (std::string_view tag : t.column("tag")) ...
@@ -63,16 +63,19 @@ class CsvTable {
 
   explicit CsvTable(const std::filesystem::path& path, CsvOptions options = {})
       : path_(path.string()), options_(std::move(options)) {
-    {
-      const detail::ReadOnlyFile file(path);
-      bytes_ = file.read(0, file.size());
-    }
-    parse();
+    const detail::ReadOnlyFile file(path);
+    auto bytes = std::make_shared<std::string>(file.read(0, file.size()));
+    auto cells = std::make_shared<std::vector<Span>>();
+    auto lines = std::make_shared<std::vector<std::int64_t>>();
+    parse(*bytes, *cells, *lines);
+    bytes_ = std::move(bytes);
+    cells_ = std::move(cells);
+    lines_ = std::move(lines);
     check_types();
   }
 
   /// The number of records after the header.
-  std::int64_t size() const { return static_cast<std::int64_t>(lines_.size()); }
+  std::int64_t size() const { return static_cast<std::int64_t>(lines_->size()); }
   const std::vector<std::string>& columns() const { return *columns_; }
   const std::string& path() const { return path_; }
 
@@ -86,11 +89,11 @@ class CsvTable {
 
   /// Cell (row, column) as it is in the file, quotes undone; valid while the table lives.
   std::string_view text(std::int64_t row, std::size_t column) const {
-    const auto& s = cells_[static_cast<std::size_t>(row) * width_ + column];
-    return std::string_view(bytes_.data() + s.begin, s.end - s.begin);
+    const auto& s = (*cells_)[static_cast<std::size_t>(row) * width_ + column];
+    return std::string_view(bytes_->data() + s.begin, s.end - s.begin);
   }
   /// The line record `row` starts on.
-  std::int64_t line(std::int64_t row) const { return lines_[static_cast<std::size_t>(row)]; }
+  std::int64_t line(std::int64_t row) const { return (*lines_)[static_cast<std::size_t>(row)]; }
 
   /// Record `i`, typed as CsvOptions::types declares (as CsvSource::row gives it).
   Row row(std::int64_t i) const {
@@ -114,9 +117,9 @@ class CsvTable {
 
   // RFC 4180 as detail::CsvMachine reads it, a run of plain characters at a time. Cells are
   // compacted in place: `w` trails `r` once a doubled quote or a dropped CR has been removed.
-  void parse() {
-    char* b = bytes_.data();
-    const std::size_t n = bytes_.size();
+  void parse(std::string& bytes, std::vector<Span>& cells, std::vector<std::int64_t>& lines) {
+    char* b = bytes.data();
+    const std::size_t n = bytes.size();
     const char delim = options_.delimiter;
     std::size_t r = 0;
     std::int64_t line = 1;
@@ -168,7 +171,7 @@ class CsvTable {
             b[w++] = c;
           }
         }
-        cells_.push_back({start, w});
+        cells.push_back({start, w});
         ++fields;
         if (r == n) row_done = true;
         else if (b[r++] == '\n') ++line, row_done = true;
@@ -180,15 +183,15 @@ class CsvTable {
              "the record has " + std::to_string(fields) + " fields and the header " + std::to_string(*width) +
                  "; quote fields that hold the delimiter");
       } else {
-        lines_.push_back(row_line);
+        lines.push_back(row_line);
       }
     }
     if (!width) throw DataError(path_ + ": is empty; a CSV source needs a header row naming its columns");
     width_ = *width;
     std::vector<std::string> header;
-    for (std::size_t c = 0; c < width_; ++c) header.emplace_back(bytes_.data() + cells_[c].begin, cells_[c].end - cells_[c].begin);
-    cells_.erase(cells_.begin(), cells_.begin() + static_cast<std::ptrdiff_t>(width_));
-    cells_.shrink_to_fit();
+    for (std::size_t c = 0; c < width_; ++c) header.emplace_back(b + cells[c].begin, cells[c].end - cells[c].begin);
+    cells.erase(cells.begin(), cells.begin() + static_cast<std::ptrdiff_t>(width_));
+    cells.shrink_to_fit();
     columns_ = std::make_shared<const std::vector<std::string>>(std::move(header));
   }
 
@@ -214,11 +217,12 @@ class CsvTable {
 
   std::string path_;
   CsvOptions options_;
-  std::string bytes_;  // the file, each cell's quotes undone in place
+  // Shared and immutable once read: a copy of the table (into a Subset, a pipeline) costs nothing.
+  std::shared_ptr<const std::string> bytes_;  // the file, each cell's quotes undone in place
   std::shared_ptr<const std::vector<std::string>> columns_;
   std::size_t width_ = 0;
-  std::vector<Span> cells_;  // row-major, width_ per record
-  std::vector<std::int64_t> lines_;
+  std::shared_ptr<const std::vector<Span>> cells_;  // row-major, width_ per record
+  std::shared_ptr<const std::vector<std::int64_t>> lines_;
   std::vector<column_type> types_;  // by column; empty: all text
 };
 

@@ -39,10 +39,10 @@ inline void write_json(torch::serialize::OutputArchive& a, const char* kind, con
 inline nlohmann::json read_json(torch::serialize::InputArchive& a, const char* kind) {
   c10::IValue k, s;
   a.read("kind", k);
-  a.read("state", s);
   if (!k.isString() || k.toStringRef() != kind)
     throw DataError(std::string("this object holds a ") + (k.isString() ? k.toStringRef() : "non-preprocessor") +
                     ", not a " + kind + "; load it into the type it was saved from");
+  a.read("state", s);
   return nlohmann::json::parse(s.toStringRef());
 }
 }  // namespace detail
