@@ -210,7 +210,7 @@ void train_and_report(const Options& o, double script_start, double started) {
         ctx.step(opt);
         if (!first_step) first_step = now_s();
         samples += b.size();
-        last_loss = loss.item<double>();
+        last_loss = loss.template item<double>();
         if (o.max_steps && ++steps >= o.max_steps) break;
       }
       (void)ctx.all_reduce(0.0);

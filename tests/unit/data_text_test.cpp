@@ -38,6 +38,8 @@ static_assert(sizeof(sentencepiece::SentencePieceProcessor) <=
 
 namespace d = dtrain;
 namespace fs = std::filesystem;
+using dtrain_test::MessageContains;
+using dtrain_test::TempDir;
 
 namespace {
 void write_file(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
@@ -151,7 +153,7 @@ TEST_CASE("fit_transform gives fit's vocabulary and encode_all's ids from one pa
 }
 
 namespace {
-// Sentences from a fixed grammar: enough shared sub-words for a 200-piece model.
+// Sentences from a fixed grammar: enough shared sub-words for a 50-piece model.
 std::vector<std::string> sentences(int n) {
   const std::vector<std::string> stems = {"network", "partition", "manager", "daemon", "library", "server",
                                           "editor",  "compiler",  "game",    "puzzle", "backup",  "monitor"};
@@ -189,11 +191,11 @@ fs::path checkpoint_with(const fs::path& run_dir, const d::data::SentencePieceTo
 TEST_CASE("SentencePieceTokenizer fits beside LibTorch and encodes as spm_encode does", "[data][preprocess][sentencepiece]") {
   TempDir dir;
   const auto texts = sentences(2000);
-  const auto tok = d::data::SentencePieceTokenizer::fit(texts, {.vocab_size = 200, .max_len = 0});
-  CHECK(tok.size() == 200);
+  const auto tok = d::data::SentencePieceTokenizer::fit(texts, {.vocab_size = 50, .max_len = 0});
+  CHECK(tok.size() == 50);
   const auto ids = tok.encode(texts[0]);
   REQUIRE(!ids.empty());
-  for (auto id : ids) CHECK((id > d::data::SentencePieceTokenizer::unk_id && id < 200));
+  for (auto id : ids) CHECK((id > d::data::SentencePieceTokenizer::unk_id && id < 50));
   CHECK(tok.encode("") == std::vector<std::int64_t>{d::data::SentencePieceTokenizer::unk_id});
 
   // Debian's command-line encoder (package sentencepiece) on the same model and texts.
@@ -221,7 +223,7 @@ TEST_CASE("SentencePieceTokenizer fits beside LibTorch and encodes as spm_encode
   CHECK(compared == 51);
 
   // max_len cuts the ids; encode_all is encode per text.
-  const auto cut = d::data::SentencePieceTokenizer::fit(texts, {.vocab_size = 200, .max_len = 3});
+  const auto cut = d::data::SentencePieceTokenizer::fit(texts, {.vocab_size = 50, .max_len = 3});
   CHECK(cut.encode(texts[0]).size() == std::min<std::size_t>(3, ids.size()));
   const auto all = tok.encode_all(std::vector<std::string>{texts[0], ""});
   CHECK(std::vector<std::int64_t>(all[0].begin(), all[0].end()) == ids);
@@ -240,6 +242,6 @@ TEST_CASE("SentencePieceTokenizer fits beside LibTorch and encodes as spm_encode
 
   // A damaged model is an error from SentencePiece, not a crash; so are bad trainer flags.
   CHECK_THROWS_MATCHES(d::data::detail::SentencePieceProcessor("not a model"), d::DataError, MessageContains({"does not load"}));
-  CHECK_THROWS_MATCHES(d::data::SentencePieceTokenizer::fit(texts, {.vocab_size = 200, .model_type = "nonsense"}),
+  CHECK_THROWS_MATCHES(d::data::SentencePieceTokenizer::fit(texts, {.vocab_size = 50, .model_type = "nonsense"}),
                        d::DataError, MessageContains({"trainer failed", "nonsense"}));
 }

@@ -68,6 +68,8 @@ class SentencePieceLibrary {
   // The processor object: 88 bytes in 0.1.97 (a vtable pointer, four unique_ptrs, two vectors);
   // a test checks the header's sizeof against this reserve.
   static constexpr std::size_t kProcessorBytes = 1024;
+  // SentencePiece's log levels: INFO 0, WARNING 1, ERROR 2, FATAL 3.
+  static constexpr int kSilent = 3;
 
   Construct construct = nullptr;
   Destroy destroy = nullptr;
@@ -100,6 +102,11 @@ class SentencePieceLibrary {
     piece_count = symbol<PieceCount>(spm, "_ZNK13sentencepiece22SentencePieceProcessor12GetPieceSizeEv");
     status_destroy = symbol<StatusDestroy>(spm, "_ZN13sentencepiece4util6StatusD1Ev");
     status_message = symbol<StatusMessage>(spm, "_ZNK13sentencepiece4util6Status13error_messageEv");
+    // SentencePiece logs to std::cerr. Under RTLD_DEEPBIND its std::cerr is libstdc++'s own
+    // object, which stays unconstructed when the program uses std::cerr itself (the program then
+    // holds the stream as a copy relocation, and libstdc++ constructs that copy): writing to it
+    // crashes. Errors come back as Status messages, so the library is kept silent (FATAL only).
+    symbol<void (*)(int)>(spm, "_ZN13sentencepiece7logging14SetMinLogLevelEi")(kSilent);
     train = symbol<Train>(trainer, "_ZN13sentencepiece20SentencePieceTrainer5TrainESt17basic_string_viewIcSt11char_"
                                    "traitsIcEEPNS_16SentenceIteratorEPNSt7__cxx1112basic_stringIcS3_SaIcEEE");
   }
@@ -189,7 +196,8 @@ class SentencePieceTokenizer {
                              std::to_string(options.vocab_size) + " --model_type=" + options.model_type +
                              " --character_coverage=" + std::to_string(options.character_coverage) +
                              " --seed_sentencepiece_size=" + std::to_string(options.seed_sentencepiece_size) +
-                             " --pad_id=0 --unk_id=1 --bos_id=-1 --eos_id=-1 --num_threads=1 --minloglevel=2 " +
+                             " --pad_id=0 --unk_id=1 --bos_id=-1 --eos_id=-1 --num_threads=1 --minloglevel=" +
+                             std::to_string(detail::SentencePieceLibrary::kSilent) + " " +
                              options.extra;
     std::string model;
     const auto status = lib.train(args, nullptr, &model);
