@@ -8,12 +8,16 @@
 //
 //   text_classifier --data DIR [--model transformer|bag] [--workers N] [--threads-per-worker N]
 //       [--global-batch N] [--epochs N] [--max-steps N] [--max-len N] [--vocab N] [--seed N]
-//       [--loader-threads N] [--storage-path DIR] [--name NAME]
+//       [--loader-threads N] [--storage-path DIR] [--name NAME] [--tokenizer word|sentencepiece]
+//
+// --tokenizer sentencepiece trains a SentencePiece unigram model of --vocab pieces on the training
+// split instead of the peer's word vocabulary (libsentencepiece0, loaded at run time).
 
 #include <dtrain/data/collate.hpp>
-#include <dtrain/data/csv.hpp>
+#include <dtrain/data/csv_table.hpp>
 #include <dtrain/data/pipeline.hpp>
 #include <dtrain/data/preprocess.hpp>
+#include <dtrain/data/sentencepiece.hpp>
 #include <dtrain/data/splits.hpp>
 #include <dtrain/dtrain.hpp>
 #include <dtrain/memory.hpp>
@@ -22,13 +26,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <future>
-#include <iterator>
 #include <iostream>
 #include <map>
 #include <stdexcept>
 #include <string>
-#include <thread>
+#include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -43,7 +47,7 @@ double now_s() {
 }
 
 struct Options {
-  std::string data_dir, model = "transformer", storage = "text_runs", name = "text_classifier";
+  std::string data_dir, model = "transformer", tokenizer = "word", storage = "text_runs", name = "text_classifier";
   int workers = 2, threads = 1, loader_threads = 2;
   std::int64_t global_batch = 64, epochs = 1, max_steps = 0, max_len = 128, vocab = 20000, seed = 0;
 };
@@ -56,6 +60,7 @@ Options parse(int argc, char** argv) {
     const std::string v = argv[i + 1];
     if (f == "--data") o.data_dir = v;
     else if (f == "--model") o.model = v;
+    else if (f == "--tokenizer") o.tokenizer = v;
     else if (f == "--workers") o.workers = std::stoi(v);
     else if (f == "--threads-per-worker") o.threads = std::stoi(v);
     else if (f == "--global-batch") o.global_batch = std::stoll(v);
@@ -71,6 +76,8 @@ Options parse(int argc, char** argv) {
   }
   if (o.data_dir.empty()) throw std::invalid_argument("--data DIR (holding dataset.csv and holdout.csv) is required");
   if (o.model != "transformer" && o.model != "bag") throw std::invalid_argument("--model is transformer or bag");
+  if (o.tokenizer != "word" && o.tokenizer != "sentencepiece")
+    throw std::invalid_argument("--tokenizer is word (the peer's) or sentencepiece");
   if (o.workers < 1 || o.global_batch % o.workers) throw std::invalid_argument("--global-batch must be a multiple of --workers");
   return o;
 }
@@ -103,12 +110,11 @@ TORCH_MODULE(TextClassifier);
 
 // Token ids and labels encoded once (the pipeline's tokenising), a sample by index.
 struct Encoded {
-  std::vector<std::vector<std::int64_t>> ids;
+  data::TokenIds ids;
   std::vector<std::int64_t> labels;
-  std::int64_t size() const { return static_cast<std::int64_t>(ids.size()); }
+  std::int64_t size() const { return ids.size(); }
   data::Fields operator[](std::int64_t i) const {
-    return {{"input_ids", torch::tensor(ids[static_cast<std::size_t>(i)], torch::kInt64)},
-            {"label", torch::tensor(labels[static_cast<std::size_t>(i)])}};
+    return {{"input_ids", ids.tensor(i)}, {"label", torch::tensor(labels[static_cast<std::size_t>(i)])}};
   }
 };
 
@@ -117,73 +123,67 @@ auto batches_of(Encoded e, int threads) {
 }
 using Batches = decltype(batches_of(Encoded{}, 0));
 
+// A table's texts (title + " " + description) and tags, read once.
 struct Rows {
-  std::vector<std::string> texts, tags;
-};
-Rows read_rows(const std::string& path) {
-  const data::CsvSource src(path);
-  Rows r;
-  for (std::int64_t i = 0; i < src.size(); ++i) {
-    const auto row = src.row(i);
-    r.texts.push_back(row.text("title") + " " + row.text("description"));
-    r.tags.push_back(row.text("tag"));
+  data::CsvTable table;
+  std::vector<std::string> texts;
+  std::vector<std::string_view> tags;  // into `table`
+  explicit Rows(const std::string& path) : table(data::read_csv(path)) {
+    const auto title = table.column("title"), description = table.column("description");
+    texts.reserve(static_cast<std::size_t>(table.size()));
+    for (std::int64_t i = 0; i < table.size(); ++i) {
+      auto& t = texts.emplace_back(title[i]);
+      t += ' ';
+      t += description[i];
+    }
+    const auto tag = table.column("tag");
+    tags.assign(tag.begin(), tag.end());
   }
-  return r;
-}
+  template <class Indices>
+  std::vector<std::string_view> texts_at(const Indices& rows) const {
+    std::vector<std::string_view> out;
+    for (auto i : rows) out.emplace_back(texts[static_cast<std::size_t>(i)]);
+    return out;
+  }
+  std::vector<std::int64_t> labels_at(const std::vector<std::int64_t>& rows, const data::LabelEncoder& labels) const {
+    std::vector<std::int64_t> out;
+    for (auto i : rows) out.push_back(labels.transform(std::string(tags[static_cast<std::size_t>(i)])));
+    return out;
+  }
+};
 
 }  // namespace
 
-int main(int argc, char** argv) try {
-  // A step frees and re-allocates the same large tensors; glibc would return them to the kernel.
-  dtrain::retain_freed_memory();
-  const double script_start = now_s();
-  if (!std::getenv("TEXT_CLASSIFIER_START")) setenv("TEXT_CLASSIFIER_START", std::to_string(script_start).c_str(), 1);
-  const double started = std::stod(std::getenv("TEXT_CLASSIFIER_START"));
-  const auto o = parse(argc, argv);
-  torch::set_num_threads(o.threads);
+// The tokenizer fitted on the training texts, and those texts' ids.
+template <class Tokenizer>
+std::pair<Tokenizer, data::TokenIds> fit_tokenizer(const std::vector<std::string_view>& texts, const Options& o) {
+  if constexpr (std::is_same_v<Tokenizer, data::WordVocabulary>) {
+    return data::WordVocabulary::fit_transform(texts, o.vocab, o.max_len);  // one tokenising pass
+  } else {
+    auto t = data::SentencePieceTokenizer::fit(texts, {.vocab_size = o.vocab, .max_len = o.max_len});
+    auto ids = t.encode_all(texts);
+    return {std::move(t), std::move(ids)};
+  }
+}
 
+template <class Tokenizer>
+void train_and_report(const Options& o, double script_start, double started) {
   // The pipeline: read, split, vocabulary, labels, tokenise (every worker does it, as the peer's
-  // driver does once).
+  // driver does once). Each file is read once; the training texts are tokenised once, by the
+  // vocabulary's fit_transform.
   const double t0 = now_s();
-  // The driver's pipeline runs before any worker starts: the machine's cores are free for it.
-  const auto pipeline_threads = static_cast<std::size_t>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
-  auto holdout_read = std::async(std::launch::async, read_rows, o.data_dir + "/holdout.csv");
-  const auto rows = read_rows(o.data_dir + "/dataset.csv");
-  const auto holdout = holdout_read.get();
+  const Rows rows(o.data_dir + "/dataset.csv");
+  const Rows holdout(o.data_dir + "/holdout.csv");
   const auto split = data::stratified_split(rows.tags, 0.2, 0.0, static_cast<std::uint64_t>(o.seed));
-  std::vector<std::string> train_texts;
-  for (auto i : split.train) train_texts.push_back(rows.texts[static_cast<std::size_t>(i)]);
-  const auto vocab = data::WordVocabulary::fit(train_texts, o.vocab, o.max_len);
+  auto [vocab, train_ids] = fit_tokenizer<Tokenizer>(rows.texts_at(split.train), o);
   const auto labels = data::LabelEncoder::fit(rows.tags);  // the peer's: every tag of dataset.csv
-  // Tokenising is per row: the rows are cut into one contiguous part per thread, and the parts
-  // joined in order, so the result is the one-thread result.
-  auto encode = [&](const Rows& r, const std::vector<std::int64_t>& which) {
-    const auto parts = std::min<std::size_t>(pipeline_threads, std::max<std::size_t>(1, which.size() / 256));
-    std::vector<Encoded> part(parts);
-    auto encode_part = [&](std::size_t p) {
-      for (auto k = which.size() * p / parts; k < which.size() * (p + 1) / parts; ++k) {
-        const auto row = static_cast<std::size_t>(which[k]);
-        if (!labels.contains(r.tags[row])) continue;
-        part[p].ids.push_back(vocab.encode(r.texts[row]));
-        part[p].labels.push_back(labels.transform(r.tags[row]));
-      }
-    };
-    std::vector<std::thread> threads;
-    for (std::size_t p = 1; p < parts; ++p) threads.emplace_back(encode_part, p);
-    encode_part(0);
-    for (auto& t : threads) t.join();
-    Encoded e = std::move(part[0]);
-    for (std::size_t p = 1; p < parts; ++p) {
-      std::move(part[p].ids.begin(), part[p].ids.end(), std::back_inserter(e.ids));
-      e.labels.insert(e.labels.end(), part[p].labels.begin(), part[p].labels.end());
-    }
-    return e;
-  };
-  std::vector<std::int64_t> all_holdout(holdout.texts.size());
-  for (std::size_t i = 0; i < all_holdout.size(); ++i) all_holdout[i] = static_cast<std::int64_t>(i);
-  const auto train = batches_of(encode(rows, split.train), o.loader_threads);
-  const auto val = batches_of(encode(rows, split.validation), o.loader_threads);
-  const auto test = batches_of(encode(holdout, all_holdout), 0);
+  std::vector<std::int64_t> all_holdout;  // the peer drops holdout rows whose tag is not a training one
+  for (std::int64_t i = 0; i < holdout.table.size(); ++i)
+    if (labels.contains(std::string(holdout.tags[static_cast<std::size_t>(i)]))) all_holdout.push_back(i);
+  const auto train = batches_of({std::move(train_ids), rows.labels_at(split.train, labels)}, o.loader_threads);
+  const auto val = batches_of({vocab.encode_all(rows.texts_at(split.validation)), rows.labels_at(split.validation, labels)},
+                              o.loader_threads);
+  const auto test = batches_of({vocab.encode_all(holdout.texts_at(all_holdout)), holdout.labels_at(all_holdout, labels)}, 0);
   const double pipeline_s = now_s() - t0;
 
   using Trainer = dtrain::Trainer<TextClassifier, Batches, dtrain::checkpointer::directory<>>;
@@ -210,7 +210,7 @@ int main(int argc, char** argv) try {
         ctx.step(opt);
         if (!first_step) first_step = now_s();
         samples += b.size();
-        last_loss = loss.item<double>();
+        last_loss = loss.template item<double>();
         if (o.max_steps && ++steps >= o.max_steps) break;
       }
       (void)ctx.all_reduce(0.0);
@@ -232,14 +232,14 @@ int main(int argc, char** argv) try {
 
   // The best checkpoint by val_loss, with its vocabulary and label names: the holdout and raw strings.
   using Predictor = dtrain::evaluation::Predictor<TextClassifier>;
-  auto predictor = Predictor::from_checkpoint(result.best_checkpoint()->path(),
+  auto predictor = Predictor::from_checkpoint<Tokenizer>(result.best_checkpoint()->path(),
                                               TextClassifier(vocab.size(), labels.size(), transformer),
                                               dtrain::evaluation::TextInputs{});
   dtrain::evaluation::ConfusionMatrix cm(labels.size());
   (void)predictor.predict(test, 256, &cm);
   const auto per_class = cm.per_class();
   std::map<std::string, std::int64_t> counts;
-  for (const auto& t : holdout.tags) ++counts[t];
+  for (const auto& t : holdout.tags) ++counts[std::string(t)];
   std::int64_t most = 0;
   for (const auto& [t, n] : counts) most = std::max(most, n);
   const std::vector<std::string> raw = {"command-line tool to manage disk partitions", "HTTP proxy server daemon",
@@ -263,10 +263,23 @@ int main(int argc, char** argv) try {
       {"val_accuracy", m.at("val_accuracy").number()}, {"test_accuracy", cm.accuracy()},
       {"test_f1_macro", f1_sum / static_cast<double>(std::max<std::size_t>(1, per_class.f1.size()))},
       {"majority_baseline", holdout.tags.empty() ? 0.0 : static_cast<double>(most) / static_cast<double>(holdout.tags.size())},
-      {"vocab_size", vocab.size()}, {"classes", labels.size()}, {"train_rows", split.train.size()},
+      {"vocab_size", vocab.size()}, {"tokenizer", o.tokenizer}, {"classes", labels.size()}, {"train_rows", split.train.size()},
       {"threads_per_worker", o.threads}, {"loader_threads", o.loader_threads},
       {"best_checkpoint", result.best_checkpoint()->path().string()}, {"wall_s", now_s() - script_start}};
   std::cout << line.dump() << std::endl;
+}
+
+int main(int argc, char** argv) try {
+  // A step frees and re-allocates the same large tensors; glibc would return them to the kernel.
+  dtrain::retain_freed_memory();
+  const double script_start = now_s();
+  if (!std::getenv("TEXT_CLASSIFIER_START")) setenv("TEXT_CLASSIFIER_START", std::to_string(script_start).c_str(), 1);
+  const double started = std::stod(std::getenv("TEXT_CLASSIFIER_START"));
+  const auto o = parse(argc, argv);
+  torch::set_num_threads(o.threads);
+
+  if (o.tokenizer == "sentencepiece") train_and_report<data::SentencePieceTokenizer>(o, script_start, started);
+  else train_and_report<data::WordVocabulary>(o, script_start, started);
   return 0;
 } catch (const std::exception& e) {
   std::cerr << "text_classifier: " << e.what() << std::endl;

@@ -6,7 +6,7 @@
 #include "snippets.hpp"
 
 #include <dtrain/data/collate.hpp>
-#include <dtrain/data/csv.hpp>
+#include <dtrain/data/csv_table.hpp>
 #include <dtrain/data/pipeline.hpp>
 #include <dtrain/data/preprocess.hpp>
 #include <dtrain/data/splits.hpp>
@@ -55,8 +55,8 @@ int text() {
   write_corpus("dataset.csv");
   // [text]
   namespace data = dtrain::data;
-  const data::CsvSource corpus("dataset.csv", {.types = {{"id", data::column_type::integer}}});
-  std::vector<std::string> texts, tags;  // one pass over the file to split and fit
+  const auto corpus = data::read_csv("dataset.csv", {.types = {{"id", data::column_type::integer}}});  // one read
+  std::vector<std::string> texts, tags;  // to split and fit
   for (std::int64_t i = 0; i < corpus.size(); ++i) {
     const auto row = corpus.row(i);
     texts.push_back(row.text("title") + " " + row.text("description"));

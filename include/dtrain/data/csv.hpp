@@ -4,6 +4,7 @@
 // chunks, checking every row and recording where each starts (8 bytes and a line number per row);
 // row(i) then reads and parses that row alone, so memory does not grow with the file.
 
+#include <charconv>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -11,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -32,6 +34,38 @@ struct CsvOptions {
 };
 
 namespace detail {
+
+// "a", "b", ...: column names in an error message.
+inline std::string joined_names(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "\"" : ", \"") + n + "\"";
+  return s;
+}
+
+// A typed cell's value: empty is missing; otherwise the whole cell must parse (std::from_chars:
+// the same on every locale, where std::stod reads "0,5" under a German one). Leading blanks and
+// one '+' are accepted, as std::stoll and Python's int() accept them.
+inline Value typed_cell(std::string_view cell, column_type type, const std::string& file, std::int64_t line,
+                        std::size_t column, const std::string& name) {
+  if (cell.empty()) return std::monostate{};
+  auto s = cell;
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  if (s.size() > 1 && s.front() == '+' && s[1] != '-') s.remove_prefix(1);
+  const char* end = s.data() + s.size();
+  if (type == column_type::integer) {
+    std::int64_t v = 0;
+    const auto [at, ec] = std::from_chars(s.data(), end, v);
+    if (ec == std::errc() && at == end) return v;
+  } else {
+    double v = 0;
+    const auto [at, ec] = std::from_chars(s.data(), end, v);
+    if (ec == std::errc() && at == end) return v;
+  }
+  throw DataError(file + ": line " + std::to_string(line) + ", column " + std::to_string(column + 1) + " (\"" + name +
+                  "\"): \"" + std::string(cell.substr(0, 40)) + "\" is not " +
+                  (type == column_type::integer ? "a whole number" : "a real number") +
+                  ", as CsvOptions::types declares; fix the file or declare the column text");
+}
 
 // RFC 4180's grammar, one character at a time, so that the index scan (chunk by chunk) and the
 // row parser (one row's bytes) share it. Fields may be quoted; a quoted field holds delimiters,
@@ -156,7 +190,7 @@ class CsvSource {
       for (const auto& c : *columns_) found = found || c == name;
       if (!found)
         throw DataError(file_->path() + ": CsvOptions::types names column \"" + name +
-                        "\", which the header does not have; the columns are: " + joined(*columns_));
+                        "\", which the header does not have; the columns are: " + detail::joined_names(*columns_));
     }
   }
 
@@ -228,24 +262,7 @@ class CsvSource {
     const auto& name = (*columns_)[column];
     const auto it = options_.types.find(name);
     if (it == options_.types.end() || it->second == column_type::text) return cell;
-    if (cell.empty()) return std::monostate{};
-    try {
-      std::size_t used = 0;
-      Value v = it->second == column_type::integer ? Value(static_cast<std::int64_t>(std::stoll(cell, &used)))
-                                                   : Value(std::stod(cell, &used));
-      if (used == cell.size()) return v;
-    } catch (const std::exception&) {
-    }
-    throw DataError(path() + ": line " + std::to_string(line) + ", column " + std::to_string(column + 1) + " (\"" +
-                    name + "\"): \"" + cell.substr(0, 40) + "\" is not " +
-                    (it->second == column_type::integer ? "a whole number" : "a real number") +
-                    ", as CsvOptions::types declares; fix the file or declare the column text");
-  }
-
-  static std::string joined(const std::vector<std::string>& names) {
-    std::string s;
-    for (const auto& n : names) s += (s.empty() ? "\"" : ", \"") + n + "\"";
-    return s;
+    return detail::typed_cell(cell, it->second, path(), line, column, name);
   }
 
   std::shared_ptr<detail::ReadOnlyFile> file_;

@@ -19,6 +19,7 @@
 #include <torch/serialize/archive.h>
 #include <torch/types.h>
 
+#include <dtrain/data/token_ids.hpp>
 #include <dtrain/error.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -26,15 +27,10 @@ DTRAIN_NAMESPACE_BEGIN
 namespace data {
 
 namespace detail {
-// Lets the vocabulary's maps be searched with a std::string_view (no std::string per lookup).
 // A character of a word token: [A-Za-z0-9].
 constexpr bool is_ascii_word_char(unsigned char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
 }
-struct StringHash {
-  using is_transparent = void;
-  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
-};
 // A preprocessor's state as JSON text in one archive entry, readable with any JSON tool.
 inline void write_json(torch::serialize::OutputArchive& a, const char* kind, const nlohmann::json& j) {
   a.write("kind", c10::IValue(std::string(kind)));
@@ -43,10 +39,10 @@ inline void write_json(torch::serialize::OutputArchive& a, const char* kind, con
 inline nlohmann::json read_json(torch::serialize::InputArchive& a, const char* kind) {
   c10::IValue k, s;
   a.read("kind", k);
-  a.read("state", s);
   if (!k.isString() || k.toStringRef() != kind)
     throw DataError(std::string("this object holds a ") + (k.isString() ? k.toStringRef() : "non-preprocessor") +
                     ", not a " + kind + "; load it into the type it was saved from");
+  a.read("state", s);
   return nlohmann::json::parse(s.toStringRef());
 }
 }  // namespace detail
@@ -211,33 +207,65 @@ class WordVocabulary {
   /// The vocabulary of `texts` (the training split's).
   template <class Range>
   static WordVocabulary fit(const Range& texts, std::int64_t max_words, std::int64_t max_len = 0) {
+    return fit_transform(texts, max_words, max_len).first;
+  }
+
+  /// fit(texts), and the ids of `texts` under it (encode_all(texts)), from one tokenising pass:
+  /// each text's tokens are counted and kept as provisional ids, renumbered once ranked.
+  template <class Range>
+  static std::pair<WordVocabulary, TokenIds> fit_transform(const Range& texts, std::int64_t max_words,
+                                                           std::int64_t max_len = 0) {
     if (max_words < 0) throw DataError("WordVocabulary::fit: max_words must be 0 or more");
-    std::unordered_map<std::string, std::int64_t, detail::StringHash, std::equal_to<>> counts;
-    for (const auto& t : texts)
+    detail::TokenTable seen;
+    std::vector<std::int64_t> counts;
+    TokenIds ids;  // the tokens' indices in `seen` until they are ranked; -1: a text without tokens
+    for (const auto& t : texts) {
+      bool any = false;
       for_each_token(std::string_view(t), max_len, [&](std::string_view tok) {
-        if (auto it = counts.find(tok); it != counts.end()) ++it->second;
-        else counts.emplace(std::string(tok), 1);
+        const auto k = seen.intern(tok);
+        if (k == static_cast<std::int64_t>(counts.size())) counts.push_back(0);
+        ++counts[static_cast<std::size_t>(k)];
+        ids.push(k);
+        any = true;
       });
-    std::vector<std::pair<std::string, std::int64_t>> ranked(counts.begin(), counts.end());
+      if (!any) ids.push(-1);
+      ids.end_text();
+    }
+    std::vector<std::int64_t> ranked(counts.size());
+    for (std::size_t k = 0; k < ranked.size(); ++k) ranked[k] = static_cast<std::int64_t>(k);
     const auto keep = std::min<std::size_t>(ranked.size(), static_cast<std::size_t>(max_words));
-    auto by_count = [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; };
+    auto by_count = [&](std::int64_t a, std::int64_t b) {
+      const auto ca = counts[static_cast<std::size_t>(a)], cb = counts[static_cast<std::size_t>(b)];
+      return ca != cb ? ca > cb : seen.at(a) < seen.at(b);
+    };
     std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(keep), ranked.end(), by_count);
     WordVocabulary v;
     v.max_len_ = max_len;
-    for (std::size_t i = 0; i < keep; ++i) v.words_.push_back(std::move(ranked[i].first));
+    std::vector<std::int64_t> final_id(counts.size(), unk_id);
+    for (std::size_t r = 0; r < keep; ++r) {
+      v.words_.emplace_back(seen.at(ranked[r]));
+      final_id[static_cast<std::size_t>(ranked[r])] = static_cast<std::int64_t>(r) + 2;
+    }
     v.reindex();
-    return v;
+    ids.transform_ids([&](std::int64_t k) { return k < 0 ? unk_id : final_id[static_cast<std::size_t>(k)]; });
+    return {std::move(v), std::move(ids)};
   }
 
   /// Ids of `text`'s tokens (unknown words are <unk>); a text without tokens gives {<unk>}.
   std::vector<std::int64_t> encode(std::string_view text) const {
     std::vector<std::int64_t> ids;
-    for_each_token(text, max_len_, [&](std::string_view tok) {
-      const auto it = ids_.find(tok);
-      ids.push_back(it == ids_.end() ? unk_id : it->second);
-    });
-    if (ids.empty()) ids.push_back(unk_id);
+    encode_into(text, [&](std::int64_t id) { ids.push_back(id); });
     return ids;
+  }
+  /// encode() of each of `texts`, into one buffer.
+  template <class Range>
+  TokenIds encode_all(const Range& texts) const {
+    TokenIds out;
+    for (const auto& t : texts) {
+      encode_into(std::string_view(t), [&](std::int64_t id) { out.push(id); });
+      out.end_text();
+    }
+    return out;
   }
   /// encode(text) as a 1-D int64 tensor.
   torch::Tensor transform(std::string_view text) const { return torch::tensor(encode(text), torch::kInt64); }
@@ -258,12 +286,22 @@ class WordVocabulary {
   }
 
  private:
+  template <class Out>
+  void encode_into(std::string_view text, Out&& out) const {
+    bool any = false;
+    for_each_token(text, max_len_, [&](std::string_view tok) {
+      const auto k = ids_.find(tok);
+      out(k == detail::TokenTable::absent ? unk_id : k + 2);
+      any = true;
+    });
+    if (!any) out(unk_id);
+  }
   void reindex() {
-    ids_.clear();
-    for (std::size_t i = 0; i < words_.size(); ++i) ids_.emplace(words_[i], static_cast<std::int64_t>(i) + 2);
+    ids_ = detail::TokenTable();
+    for (const auto& w : words_) (void)ids_.intern(w);
   }
   std::vector<std::string> words_;
-  std::unordered_map<std::string, std::int64_t, detail::StringHash, std::equal_to<>> ids_;
+  detail::TokenTable ids_;  // word i of words_ is id i + 2
   std::int64_t max_len_ = 0;
 };
 

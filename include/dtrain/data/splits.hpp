@@ -9,9 +9,11 @@
 #include <cfenv>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -145,11 +147,18 @@ inline SplitIndices random_split(std::int64_t n, double validation, double test,
 /// random.Random(seed), the first round(validation * count) to validation, the next
 /// round(test * count) to test, the rest to train: every part keeps each label's proportion.
 /// text_peer.py's split is stratified_split(tags, 0.2, 0, seed).
-inline SplitIndices stratified_split(const std::vector<std::string>& labels, double validation, double test,
-                                     std::uint64_t seed) {
+/// `labels`: any range of strings or string views (a vector, a CsvTable column).
+template <class Labels>
+SplitIndices stratified_split(const Labels& labels, double validation, double test, std::uint64_t seed) {
   detail::check_fractions(validation, test);
-  std::map<std::string, std::vector<std::int64_t>> by_label;
-  for (std::size_t i = 0; i < labels.size(); ++i) by_label[labels[i]].push_back(static_cast<std::int64_t>(i));
+  std::map<std::string, std::vector<std::int64_t>, std::less<>> by_label;
+  std::int64_t i = 0;
+  for (const auto& label : labels) {
+    const std::string_view name(label);
+    auto it = by_label.find(name);
+    if (it == by_label.end()) it = by_label.emplace(std::string(name), std::vector<std::int64_t>{}).first;
+    it->second.push_back(i++);
+  }
   SplitIndices out;
   for (auto& [label, group] : by_label) detail::deal(group, validation, test, seed, out);
   return out;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -133,31 +134,34 @@ class Predictor {
 
   /// Loads checkpoint directory `checkpoint_dir` into `model` with the preprocessors that `text`
   /// names (restored from the checkpoint's objects, covered by its manifest): predict(texts) then
-  /// takes raw strings, and the predictions carry the label encoder's class names.
+  /// takes raw strings, and the predictions carry the label encoder's class names. `Tokenizer` is
+  /// the type the tokenizer was saved from: data::WordVocabulary, or data::SentencePieceTokenizer
+  /// (`Predictor<Net>::from_checkpoint<data::SentencePieceTokenizer>(dir, Net{}, TextInputs{})`).
+  template <class Tokenizer = data::WordVocabulary>
   static Predictor from_checkpoint(const std::filesystem::path& checkpoint_dir, Model model, const TextInputs& text,
                                    torch::Device device = torch::kCPU) {
     auto p = from_checkpoint(checkpoint_dir, std::move(model), std::vector<std::string>{}, device);
     const auto ck = checkpointer::Checkpoint::open(checkpoint_dir);  // verified by the call above
-    data::WordVocabulary vocabulary;
+    auto tokenizer = std::make_shared<Tokenizer>();
     data::LabelEncoder labels;
-    ck->load_object(text.vocabulary, vocabulary);
+    ck->load_object(text.vocabulary, *tokenizer);
     ck->load_object(text.labels, labels);
     p.names_ = labels.classes();
     p.text_ = text;
-    p.vocabulary_ = std::move(vocabulary);
-    p.has_text_ = true;
+    p.tokenize_ = [tokenizer](const std::string& t) { return tokenizer->transform(t); };
+    p.pad_id_ = Tokenizer::pad_id;
     return p;
   }
 
-  /// The predictions for raw texts, through the vocabulary restored by from_checkpoint(dir,
+  /// The predictions for raw texts, through the tokenizer restored by from_checkpoint(dir,
   /// model, TextInputs{...}).
   Predictions predict(const std::vector<std::string>& texts) {
-    if (!has_text_)
+    if (!tokenize_)
       throw ConfigError("Predictor::predict(texts): this predictor has no tokenizer; load it with "
                         "Predictor::from_checkpoint(dir, model, dtrain::evaluation::TextInputs{...})");
     std::vector<data::Fields> samples;
-    for (const auto& t : texts) samples.push_back(data::Fields{{text_.ids, vocabulary_.transform(t)}});
-    return predict(data::pad_to_longest(text_.ids, data::WordVocabulary::pad_id, text_.mask)(samples));
+    for (const auto& t : texts) samples.push_back(data::Fields{{text_.ids, tokenize_(t)}});
+    return predict(data::pad_to_longest(text_.ids, pad_id_, text_.mask)(samples));
   }
 
   /// Loads the best valid checkpoint of run directory `run_dir` by `config` (score_attribute and
@@ -279,9 +283,9 @@ class Predictor {
   torch::Device device_;
   std::optional<std::int64_t> num_classes_;
   std::string label_field_ = "label";
-  bool has_text_ = false;
   TextInputs text_;
-  data::WordVocabulary vocabulary_;
+  std::function<torch::Tensor(const std::string&)> tokenize_;  // empty: no text inputs
+  std::int64_t pad_id_ = 0;
 };
 
 /// The names of `names` (an array of string_view, such as data::FashionMnist::class_names) as
