@@ -339,7 +339,7 @@ TEST_CASE("A corrupt gzip stream is a DataError naming the path", "[data][error]
 TEST_CASE("FashionMnist::load on an empty directory is a DataError naming the missing file",
           "[data][error]") {
   TempDir dir;
-  REQUIRE_THROWS_MATCHES(dtrain::data::FashionMnist::load(dir.path()), dtrain::DataError,
+  REQUIRE_THROWS_MATCHES(dtrain::data::FashionMnist::load(dir.path(), dir / "cache"), dtrain::DataError,
                          MessageContains({dir.path().string(), "-ubyte.gz", "file not found"}));
 }
 
@@ -349,12 +349,12 @@ TEST_CASE("FashionMnist::load names the one file that is missing", "[data][error
 
   SECTION("train labels") {
     fs::remove(dir / "train-labels-idx1-ubyte.gz");
-    REQUIRE_THROWS_MATCHES(dtrain::data::FashionMnist::load(dir.path()), dtrain::DataError,
+    REQUIRE_THROWS_MATCHES(dtrain::data::FashionMnist::load(dir.path(), dir / "cache"), dtrain::DataError,
                            MessageContains({(dir / "train-labels-idx1-ubyte.gz").string(), "file not found"}));
   }
   SECTION("test images") {
     fs::remove(dir / "t10k-images-idx3-ubyte.gz");
-    REQUIRE_THROWS_MATCHES(dtrain::data::FashionMnist::load(dir.path()), dtrain::DataError,
+    REQUIRE_THROWS_MATCHES(dtrain::data::FashionMnist::load(dir.path(), dir / "cache"), dtrain::DataError,
                            MessageContains({(dir / "t10k-images-idx3-ubyte.gz").string(), "file not found"}));
   }
 }
