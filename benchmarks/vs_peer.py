@@ -18,6 +18,10 @@ thread per worker) runs, alternately and `repeats` times each:
            LibTorch program can beat.
 The table gives the median of each and the ratios. Peak RSS is that of the largest process of the
 run (the driver or a worker; os.wait4's ru_maxrss, which covers the children each process waited for).
+While dtrain's N-worker run trains, its processes' /proc/PID/smaps is read every second:
+the line gives each process's peak PSS and RSS (the driver first), and the sums; PSS sum < RSS sum
+by what the processes share (LibTorch's code, and the dataset: forked copy-on-write or mapped from
+the cache), and the dataset's own mapping (the *.idx cache files) by its PSS and RSS.
 """
 import argparse
 import json
@@ -26,6 +30,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 here = os.path.dirname(os.path.abspath(__file__))
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -49,12 +55,63 @@ env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
 GLOBAL_BATCH = 128
 
 
-def run(cmd, threads=1):
-    """Runs cmd, returns its last stdout line as JSON with peak_rss_tree_mb added."""
+def tree(pid):
+    """pid and its descendants, parents first."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop(0)
+        out.append(p)
+        try:
+            with open("/proc/%d/task/%d/children" % (p, p)) as f:
+                todo += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def memory_of(pid):
+    """(PSS, RSS) of pid in MB, and (PSS, RSS) of its mappings of the dataset cache (*.idx)."""
+    total, data = [0.0, 0.0], [0.0, 0.0]
+    with open("/proc/%d/smaps" % pid) as f:
+        in_data = False
+        for line in f:
+            field = line.split()
+            if not field[0].endswith(":"):  # a mapping's header line: address range ... path
+                in_data = field[-1].endswith(".idx")
+            elif field[0] in ("Pss:", "Rss:"):
+                i = 0 if field[0] == "Pss:" else 1
+                total[i] += int(field[1]) / 1024.0
+                if in_data:
+                    data[i] += int(field[1]) / 1024.0
+    return total, data
+
+
+def sample_memory(pid, peaks, stop):
+    """Keeps each process's peak (PSS, RSS, dataset PSS, dataset RSS) of pid's tree until stop is set."""
+    while not stop.wait(1.0):  # smaps costs a few ms a process: rarely
+        for p in tree(pid):
+            try:
+                (pss, rss), (dpss, drss) = memory_of(p)
+            except (OSError, IndexError, ValueError):
+                continue
+            old = peaks.get(p, (0, 0, 0, 0))
+            peaks[p] = tuple(max(a, b) for a, b in zip(old, (pss, rss, dpss, drss)))
+
+
+def run(cmd, threads=1, memory=False):
+    """Runs cmd, returns its last stdout line as JSON with peak_rss_tree_mb added (and, with
+    memory, "processes": each process's peak (PSS, RSS, dataset PSS, dataset RSS) in MB)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True,
                                 env=dict(env, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads)))
+        peaks, stop = {}, threading.Event()
+        sampler = threading.Thread(target=sample_memory, args=(proc.pid, peaks, stop)) if memory else None
+        if sampler:
+            sampler.start()
         _, status, usage = os.wait4(proc.pid, 0)
+        if sampler:
+            stop.set()
+            sampler.join()
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0), err.seek(0)
         text = out.read()
@@ -62,18 +119,20 @@ def run(cmd, threads=1):
             sys.exit("failed (exit %d): %s\n%s%s" % (proc.returncode, " ".join(cmd), text, err.read()))
     result = json.loads(text.strip().splitlines()[-1])
     result["peak_rss_tree_mb"] = usage.ru_maxrss / 1024.0
+    if memory:
+        result["processes"] = [peaks[p] for p in sorted(peaks)]  # the driver's pid is the lowest
     return result
 
 
 names = iter(range(1_000_000))
 
 
-def dtrain_run(example, model, workers, batch, threads=1):
+def dtrain_run(example, model, workers, batch, threads=1, memory=False):
     # A name of its own per run: a run directory that exists would be resumed, not trained again.
     return run([example, "--model", model, "--workers", str(workers), "--global-batch", str(batch),
                 "--max-steps", str(args.steps), "--threads-per-worker", str(threads),
                 "--storage-path", "/tmp/dtrain_bench", "--name", "bench_%d_%d" % (os.getpid(), next(names))],
-               threads)
+               threads, memory)
 
 
 def median(runs, key):
@@ -88,7 +147,7 @@ for model in args.models.split(","):
             runs["peer"].append(run(["/usr/bin/python3", args.peer, "--model", model, "--workers", str(workers),
                                      "--global-batch", str(GLOBAL_BATCH), "--max-steps", str(args.steps),
                                      "--threads-per-worker", "1"]))
-            runs["dtrain"].append(dtrain_run(args.example, model, workers, GLOBAL_BATCH))
+            runs["dtrain"].append(dtrain_run(args.example, model, workers, GLOBAL_BATCH, memory=True))
             if workers > 1:
                 runs["limit"].append(dtrain_run(args.example, model, 1, GLOBAL_BATCH // workers))
                 runs["single"].append(dtrain_run(args.example, model, 1, GLOBAL_BATCH, threads=workers))
@@ -111,6 +170,13 @@ for model in args.models.split(","):
             line += " floor %.2f (dtrain +%.2f)" % (floor, median(runs["dtrain"], "startup_s") - floor)
         line += " | peak RSS MB dtrain %.0f peer %.0f" % (median(runs["dtrain"], "peak_rss_tree_mb"),
                                                           median(runs["peer"], "peak_rss_tree_mb"))
+        # Each process's peak PSS/RSS, from the dtrain run of median throughput.
+        mid = sorted(runs["dtrain"], key=lambda r: r["train_samples_per_s"])[len(runs["dtrain"]) // 2]
+        procs = mid.get("processes", [])
+        if procs:
+            line += " | PSS/RSS MB %s; sum %.0f/%.0f, dataset mapping %.0f/%.0f" % (
+                " ".join("%.0f/%.0f" % (p[0], p[1]) for p in procs), sum(p[0] for p in procs),
+                sum(p[1] for p in procs), sum(p[2] for p in procs), sum(p[3] for p in procs))
         if runs["baseline"]:
             base = median(runs["baseline"], "train_samples_per_s")
             line += " | baseline %8.0f (x%.3f)" % (base, ours / base)

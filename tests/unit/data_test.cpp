@@ -6,6 +6,7 @@
 
 #include <zlib.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -91,6 +92,12 @@ void write_fashion_mnist_dir(const fs::path& dir, int n_train, int n_test) {
   write_gz(dir / "t10k-labels-idx1-ubyte.gz", labels_idx(test_labels));
 }
 
+/// The floats the model was fed before issue 15: the whole split normalised once, in float.
+torch::Tensor normalised_whole(const torch::Tensor& bytes) {
+  using F = dtrain::data::FashionMnist;
+  return bytes.to(torch::kFloat32).mul_(1.0f / (255.0f * F::stddev)).sub_(F::mean / F::stddev);
+}
+
 /// A dataset whose sample i has data [i, 10 i] and target i, so a batch shows which samples it holds.
 dtrain::data::TensorDataset numbered(std::int64_t n) {
   auto ids = torch::arange(n, torch::kInt64);
@@ -147,7 +154,7 @@ TEST_CASE("FashionMnist::load reads the four files of a directory, train and tes
   TempDir dir;
   write_fashion_mnist_dir(dir.path(), 5, 2);
 
-  const auto d = dtrain::data::FashionMnist::load(dir.path());
+  const auto d = dtrain::data::FashionMnist::load(dir.path(), dir / "cache");
 
   CHECK(d.train().size() == 5);
   CHECK(d.test().size() == 2);
@@ -332,7 +339,7 @@ TEST_CASE("A corrupt gzip stream is a DataError naming the path", "[data][error]
 TEST_CASE("FashionMnist::load on an empty directory is a DataError naming the missing file",
           "[data][error]") {
   TempDir dir;
-  REQUIRE_THROWS_MATCHES(dtrain::data::FashionMnist::load(dir.path()), dtrain::DataError,
+  REQUIRE_THROWS_MATCHES(dtrain::data::FashionMnist::load(dir.path(), dir / "cache"), dtrain::DataError,
                          MessageContains({dir.path().string(), "-ubyte.gz", "file not found"}));
 }
 
@@ -342,12 +349,12 @@ TEST_CASE("FashionMnist::load names the one file that is missing", "[data][error
 
   SECTION("train labels") {
     fs::remove(dir / "train-labels-idx1-ubyte.gz");
-    REQUIRE_THROWS_MATCHES(dtrain::data::FashionMnist::load(dir.path()), dtrain::DataError,
+    REQUIRE_THROWS_MATCHES(dtrain::data::FashionMnist::load(dir.path(), dir / "cache"), dtrain::DataError,
                            MessageContains({(dir / "train-labels-idx1-ubyte.gz").string(), "file not found"}));
   }
   SECTION("test images") {
     fs::remove(dir / "t10k-images-idx3-ubyte.gz");
-    REQUIRE_THROWS_MATCHES(dtrain::data::FashionMnist::load(dir.path()), dtrain::DataError,
+    REQUIRE_THROWS_MATCHES(dtrain::data::FashionMnist::load(dir.path(), dir / "cache"), dtrain::DataError,
                            MessageContains({(dir / "t10k-images-idx3-ubyte.gz").string(), "file not found"}));
   }
 }
@@ -375,6 +382,79 @@ TEST_CASE("FashionMnist::load reads Debian's dataset-fashion-mnist: 60000 train,
     // Normalised pixels span exactly (0 - mean) / std .. (1 - mean) / std.
     CHECK(split->data().min().item<double>() == Approx(-0.2860 / 0.3530).margin(1e-6));
     CHECK(split->data().max().item<double>() == Approx((1 - 0.2860) / 0.3530).margin(1e-6));
+    // Every batch is bitwise what normalising the whole split at once gave (issue 15).
+    const auto indices = torch::randperm(split->size(), torch::kInt64).narrow(0, 0, 4096);
+    CHECK(torch::equal(split->get_batch(indices).data, normalised_whole(split->pixels()).index_select(0, indices)));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// NormalizedImages and the decompressed cache
+
+TEST_CASE("NormalizedImages batches are bitwise the floats of the split normalised at once", "[data]") {
+  TempDir dir;
+  write_fashion_mnist_dir(dir.path(), 7, 2);
+  const auto d = dtrain::data::FashionMnist::load(dir.path(), dir / "cache");
+  REQUIRE(d.train().pixels().scalar_type() == torch::kUInt8);
+  REQUIRE(d.train().pixels().sizes() == torch::IntArrayRef{7, 1, kSide, kSide});
+  const auto indices = torch::tensor(std::vector<std::int64_t>{6, 0, 3, 3});
+  const auto batch = d.train().get_batch(indices);
+  CHECK(batch.data.scalar_type() == torch::kFloat32);
+  CHECK(torch::equal(batch.data, normalised_whole(d.train().pixels()).index_select(0, indices)));
+  CHECK(to_vector(batch.target) == std::vector<std::int64_t>{6, 0, 3, 3});
+  CHECK(torch::equal(d.test().data(), normalised_whole(d.test().pixels())));
+}
+
+TEST_CASE("NormalizedImages rejects pixels that are not uint8 N x C x H x W", "[data][error]") {
+  using dtrain::data::NormalizedImages;
+  REQUIRE_THROWS_MATCHES(NormalizedImages(torch::zeros({2, 1, 4, 4}), torch::zeros({2}), 0, 1), dtrain::DataError,
+                         MessageContains({"uint8", "Float"}));
+  REQUIRE_THROWS_MATCHES(NormalizedImages(torch::zeros({3, 1, 4, 4}, torch::kUInt8), torch::zeros({2}), 0, 1),
+                         dtrain::DataError, MessageContains({"3 and 2 samples"}));
+}
+
+TEST_CASE("The decompressed cache is written once then mapped and rebuilt when damaged or stale", "[data]") {
+  TempDir dir;
+  write_fashion_mnist_dir(dir.path(), 5, 2);
+  const auto cache = dir / "cache";
+  const auto first = dtrain::data::FashionMnist::load(dir.path(), cache);
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(cache)) files.push_back(e.path());
+  REQUIRE(files.size() == 4);  // the four files, decompressed, and no temporary left behind
+  const auto train_cache = dtrain::data::detail::idx_cache_name(dir / "train-images-idx3-ubyte.gz");
+  REQUIRE(fs::file_size(cache / train_cache) == images_idx(5).size());
+
+  SECTION("a later load maps the cache: the same bytes") {
+    const auto again = dtrain::data::FashionMnist::load(dir.path(), cache);
+    CHECK(torch::equal(again.train().pixels(), first.train().pixels()));
+    CHECK(to_vector(again.test().targets()) == std::vector<std::int64_t>{9, 8});
+  }
+  SECTION("a truncated cache file is rebuilt from the source") {
+    // A new file in its place: `first` maps the old one, which must not change under it.
+    auto bytes = read_plain(cache / train_cache);
+    bytes.resize(bytes.size() - 100);
+    fs::remove(cache / train_cache);
+    write_plain(cache / train_cache, bytes);
+    const auto again = dtrain::data::FashionMnist::load(dir.path(), cache);
+    CHECK(torch::equal(again.train().pixels(), first.train().pixels()));
+    CHECK(fs::file_size(cache / train_cache) == images_idx(5).size());
+  }
+  SECTION("a changed source gets a new cache file, not the old bytes") {
+    write_fashion_mnist_dir(dir.path(), 3, 2);
+    fs::last_write_time(dir / "train-images-idx3-ubyte.gz", fs::file_time_type::clock::now() + std::chrono::seconds(5));
+    const auto again = dtrain::data::FashionMnist::load(dir.path(), cache);
+    CHECK(again.train().size() == 3);
+    CHECK(first.train().size() == 5);  // the run that mapped the old file keeps it
+    // The old version's file is gone, the new one in its place: still four files.
+    std::size_t now = 0;
+    for (const auto& e : fs::directory_iterator(cache)) now += e.path().extension() == ".idx";
+    CHECK(now == 4);
+    CHECK(!fs::exists(cache / train_cache));
+  }
+  SECTION("an unwritable cache directory costs a warning, not the load") {
+    write_plain(dir / "not_a_dir", {1});
+    const auto again = dtrain::data::FashionMnist::load(dir.path(), dir / "not_a_dir" / "cache");
+    CHECK(torch::equal(again.train().pixels(), first.train().pixels()));
   }
 }
 

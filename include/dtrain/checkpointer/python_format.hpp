@@ -69,13 +69,15 @@ inline c10::impl::GenericDict string_dict() { return c10::impl::GenericDict(c10:
 inline at::Tensor python_step(std::int64_t step) { return torch::tensor(static_cast<float>(step)); }
 
 /// The per-parameter state Python's optimizer of the same kind keeps, or nothing for a state type
-/// this function does not know.
-inline std::optional<c10::impl::GenericDict> python_param_state(const torch::optim::OptimizerParamState& s) {
+/// this function does not know. `copy` = false references CPU tensors instead of copying them
+/// (for state the optimizer no longer updates, see renew_state_tensors).
+inline std::optional<c10::impl::GenericDict> python_param_state(const torch::optim::OptimizerParamState& s,
+                                                                bool copy = true) {
   using namespace torch::optim;
   auto d = string_dict();
   auto put = [&](const char* key, const at::Tensor& t) {
-    // A CPU copy: the file then loads on a machine without the GPU it was trained on.
-    if (t.defined()) d.insert(key, t.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
+    // On the CPU: the file then loads on a machine without the GPU it was trained on.
+    if (t.defined()) d.insert(key, t.detach().to(torch::kCPU, /*non_blocking=*/false, copy));
   };
   if (auto* sgd = dynamic_cast<const SGDParamState*>(&s)) {
     put("momentum_buffer", sgd->momentum_buffer());
@@ -164,7 +166,7 @@ auto optimizer_state_key(const State&, const torch::Tensor& p) {
 /// {"state": {index: {...}}, "param_groups": [{...options, "params": [indices]}]}, parameters
 /// numbered over all groups in order. Nothing for an optimizer other than SGD, Adam, AdamW,
 /// RMSprop and Adagrad (optimizer.pt, read by C++, still holds its state). Tensors are CPU copies.
-inline std::optional<c10::IValue> python_optimizer_state(const torch::optim::Optimizer& optimizer) {
+inline std::optional<c10::IValue> python_optimizer_state(const torch::optim::Optimizer& optimizer, bool copy = true) {
   c10::impl::GenericDict state(c10::IntType::get(), c10::AnyType::get());
   c10::impl::GenericList groups(c10::AnyType::get());
   std::int64_t index = 0;
@@ -175,7 +177,7 @@ inline std::optional<c10::IValue> python_optimizer_state(const torch::optim::Opt
     for (const auto& p : group.params()) {
       const auto it = optimizer.state().find(optimizer_state_key(optimizer.state(), p));
       if (it != optimizer.state().end()) {
-        auto s = python_param_state(*it->second);
+        auto s = python_param_state(*it->second, copy);
         if (!s) return std::nullopt;
         state.insert(index, std::move(*s));
       }
@@ -188,6 +190,42 @@ inline std::optional<c10::IValue> python_optimizer_state(const torch::optim::Opt
   out.insert("state", state);
   out.insert("param_groups", groups);
   return c10::IValue(out);
+}
+
+/// Gives each per-parameter state tensor of `optimizer` (SGD, Adam, AdamW, RMSprop, Adagrad) a
+/// copy of itself to update from now on, so that the tensors referenced before (by an
+/// OutputArchive that optimizer.save() filled, by python_optimizer_state(optimizer, false)) keep
+/// this moment's values while a writer serializes them. The copy is a memcpy on the training
+/// thread; the serialization (pickling, zip CRCs) then runs on the writer's. False, changing
+/// nothing, when a state type is not one of these.
+inline bool renew_state_tensors(torch::optim::Optimizer& optimizer) {
+  using namespace torch::optim;
+  for (const auto& [key, state] : optimizer.state()) {
+    const auto* s = state.get();
+    if (!dynamic_cast<const SGDParamState*>(s) && !dynamic_cast<const AdamParamState*>(s) &&
+        !dynamic_cast<const AdamWParamState*>(s) && !dynamic_cast<const RMSpropParamState*>(s) &&
+        !dynamic_cast<const AdagradParamState*>(s))
+      return false;
+  }
+  auto renewed = [](const at::Tensor& t) { return t.defined() ? t.clone() : t; };
+  for (auto& [key, state] : optimizer.state()) {
+    auto* s = state.get();
+    if (auto* sgd = dynamic_cast<SGDParamState*>(s)) {
+      sgd->momentum_buffer(renewed(sgd->momentum_buffer()));
+    } else if (auto* adam = dynamic_cast<AdamParamState*>(s)) {
+      adam->exp_avg(renewed(adam->exp_avg())).exp_avg_sq(renewed(adam->exp_avg_sq()));
+      adam->max_exp_avg_sq(renewed(adam->max_exp_avg_sq()));
+    } else if (auto* adamw = dynamic_cast<AdamWParamState*>(s)) {
+      adamw->exp_avg(renewed(adamw->exp_avg())).exp_avg_sq(renewed(adamw->exp_avg_sq()));
+      adamw->max_exp_avg_sq(renewed(adamw->max_exp_avg_sq()));
+    } else if (auto* rms = dynamic_cast<RMSpropParamState*>(s)) {
+      rms->square_avg(renewed(rms->square_avg())).momentum_buffer(renewed(rms->momentum_buffer()));
+      rms->grad_avg(renewed(rms->grad_avg()));
+    } else if (auto* ada = dynamic_cast<AdagradParamState*>(s)) {
+      ada->sum(renewed(ada->sum()));
+    }
+  }
+  return true;
 }
 
 }  // namespace checkpointer::detail

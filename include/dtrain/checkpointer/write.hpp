@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -68,6 +69,9 @@ struct Snapshot {
   bool has_model = false;
   c10::Dict<std::string, at::Tensor> model;  // rank 0 only: the state is replicated
   std::string optimizer;                     // rank 0 only: the serialized OutputArchive
+  /// Rank 0 under ddp<> with a known torch optimizer: optimizer.save()'s archive, over state
+  /// tensors the optimizer no longer updates (renew_state_tensors); the writer serializes it.
+  std::shared_ptr<torch::serialize::OutputArchive> optimizer_archive;
   bool sharded_optimizer = false;            // every rank's own optimizer state (strategy::fsdp<>)
   /// Rank 0, SGD/Adam/AdamW/RMSprop/Adagrad under ddp<>: optimizer_state.pt's dict for Python.
   std::optional<c10::IValue> python_optimizer;
@@ -190,7 +194,12 @@ std::filesystem::path commit(const std::filesystem::path& run_dir, std::int64_t 
   add(files::model, model.size(), write_file(tmp / files::model, model));
   write_user_state(tmp, s, add);
   // Optimizer state sharded per rank: optimizer.pt only says so, each rank's file holds its piece.
-  const std::string optimizer = s.sharded_optimizer ? sharded_optimizer_marker(world_size) : s.optimizer;
+  std::string optimizer = s.sharded_optimizer ? sharded_optimizer_marker(world_size) : s.optimizer;
+  if (s.optimizer_archive && !s.sharded_optimizer) {
+    std::ostringstream os;
+    s.optimizer_archive->save_to(os);
+    optimizer = os.str();
+  }
   add(files::optimizer, optimizer.size(), write_file(tmp / files::optimizer, optimizer));
   const nlohmann::json state = {{"iteration", iteration}, {"epoch", s.epoch}, {"position", s.position},
                                 {"steps", s.steps}, {"world_size", world_size},

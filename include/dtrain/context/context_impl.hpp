@@ -132,10 +132,23 @@ checkpointer::Snapshot Context<Policies>::checkpoint(const Module& model, Optimi
     s.optimizer = checkpointer::detail::optimizer_bytes(optimizer);
     s.sharded_optimizer = true;
   } else if (world_rank() == 0) {
-    s.optimizer = checkpointer::detail::optimizer_bytes(optimizer);
+    // A torch optimizer's state is copied here and serialized by the writer (issue 15's stall):
+    // the archive and Python's dict keep the tensors of this moment, the optimizer goes on with
+    // copies of them.
+    if constexpr (std::is_base_of_v<torch::optim::Optimizer, Optimizer>) {
+      auto archive = std::make_shared<torch::serialize::OutputArchive>();
+      optimizer.save(*archive);
+      auto python = checkpointer::detail::python_optimizer_state(optimizer, /*copy=*/false);
+      if (python && checkpointer::detail::renew_state_tensors(optimizer)) {
+        s.optimizer_archive = std::move(archive);
+        s.python_optimizer = std::move(python);
+      }
+    }
+    if (!s.optimizer_archive) s.optimizer = checkpointer::detail::optimizer_bytes(optimizer);
   }
   if constexpr (!strategy_ops::shards_optimizer && std::is_base_of_v<torch::optim::Optimizer, Optimizer>)
-    if (world_rank() == 0) s.python_optimizer = checkpointer::detail::python_optimizer_state(optimizer);
+    if (world_rank() == 0 && !s.optimizer_archive)
+      s.python_optimizer = checkpointer::detail::python_optimizer_state(optimizer);
   // The Precision policy's state (amp's GradScaler); replicated, so rank 0's.
   if constexpr (requires(const precision_state& p, torch::serialize::OutputArchive& a) { p.save(a); })
     if (world_rank() == 0) s.precision = checkpointer::detail::archive_bytes(precision_);

@@ -7,21 +7,70 @@
 #include <future>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <torch/types.h>
 
 #include <dtrain/data/dataset.hpp>
 #include <dtrain/data/idx.hpp>
+#include <dtrain/data/idx_cache.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
 namespace data {
 
+/// A split of grey images kept as their bytes (uint8 [N, 1, H, W]) and normalised per batch:
+/// get_batch gives float (x / 255 - mean) / stddev, computed as x * (1 / (255 stddev)) - mean /
+/// stddev in float, the same operations on the same values as normalising the whole split once,
+/// so the floats are bitwise the same. A quarter of the memory of float images, no pass over the
+/// whole split before training, and forked workers share the bytes (copy-on-write, or the mapped
+/// cache file).
+class NormalizedImages {
+ public:
+  NormalizedImages() = default;
+  NormalizedImages(torch::Tensor pixels, torch::Tensor targets, float mean, float stddev)
+      : pixels_(std::move(pixels)), targets_(std::move(targets)),
+        scale_(1.0f / (255.0f * stddev)), shift_(mean / stddev) {
+    if (pixels_.scalar_type() != torch::kUInt8 || pixels_.dim() != 4 || targets_.dim() != 1 ||
+        pixels_.size(0) != targets_.size(0))
+      throw DataError("NormalizedImages: needs uint8 pixels [N, C, H, W] and targets [N], got " +
+                      std::to_string(pixels_.dim()) + "-d " + std::string(c10::toString(pixels_.scalar_type())) +
+                      " pixels and " + std::to_string(targets_.dim()) + "-d targets" +
+                      (pixels_.dim() >= 1 && targets_.dim() >= 1
+                           ? " (" + std::to_string(pixels_.size(0)) + " and " + std::to_string(targets_.size(0)) + " samples)"
+                           : std::string()));
+  }
+
+  std::int64_t size() const { return pixels_.defined() ? pixels_.size(0) : 0; }
+  Batch get_batch(const torch::Tensor& indices) const {
+    return {normalize(pixels_.index_select(0, indices)), targets_.index_select(0, indices)};
+  }
+
+  /// The whole split normalised, float [N, C, H, W]: computed on each call (N x C x H x W x 4 bytes).
+  torch::Tensor data() const { return normalize(pixels_); }
+  /// The bytes as read (read-only: they may be a mapped cache file, which must be replaced, never
+  /// edited in place, while a process maps it; dtrain renames a new file into place).
+  const torch::Tensor& pixels() const { return pixels_; }
+  const torch::Tensor& targets() const { return targets_; }
+
+ private:
+  torch::Tensor normalize(const torch::Tensor& bytes) const {
+    return bytes.to(torch::kFloat32).mul_(scale_).sub_(shift_);
+  }
+
+  torch::Tensor pixels_, targets_;
+  float scale_ = 1, shift_ = 0;
+};
+
+static_assert(RandomAccess<NormalizedImages>);
+
 /// Zalando's Fashion-MNIST: 60,000 training and 10,000 test images, 28x28 grey, ten classes.
 ///
-/// Pixels are normalised as the peer does, (x / 255 - 0.2860) / 0.3530, as float [N, 1, 28, 28];
-/// labels are int64 [N]. Load it before fit(): the driver decodes it once and forked workers share
-/// it copy-on-write; a missing or malformed file stops the run before any worker starts.
+/// Batches are normalised as the peer does, (x / 255 - 0.2860) / 0.3530, as float [B, 1, 28, 28]
+/// (NormalizedImages: the split stays uint8); labels are int64 [N]. Load it before fit(): the
+/// driver reads it once and forked workers share it; a missing or malformed file stops the run
+/// before any worker starts. The decompressed files are cached (data::default_cache_directory())
+/// and mapped on later runs.
 class FashionMnist {
  public:
   static constexpr const char* default_directory = "/usr/share/datasets/fashion-mnist";
@@ -30,29 +79,33 @@ class FashionMnist {
       "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
       "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
 
-  /// Reads the four *-ubyte.gz files under `directory` (the two splits in parallel). Throws
-  /// DataError naming the file and the problem: missing, not gzip, bad magic number, truncated
-  /// payload, images and labels whose counts disagree, or a label outside 0-9.
-  static FashionMnist load(const std::filesystem::path& directory = default_directory) {
+  /// Reads the four *-ubyte.gz files under `directory` (the two splits in parallel) through the
+  /// cache under `cache_dir` (empty: no cache). Throws DataError naming the file and the problem:
+  /// missing, not gzip, bad magic number, truncated payload, images and labels whose counts
+  /// disagree, or a label outside 0-9.
+  static FashionMnist load(const std::filesystem::path& directory = default_directory,
+                           const std::filesystem::path& cache_dir = default_cache_directory()) {
     auto test = std::async(std::launch::async, [&] {
-      return read(directory / "t10k-images-idx3-ubyte.gz", directory / "t10k-labels-idx1-ubyte.gz");
+      return read(directory / "t10k-images-idx3-ubyte.gz", directory / "t10k-labels-idx1-ubyte.gz", cache_dir);
     });
     FashionMnist d;
-    d.train_ = read(directory / "train-images-idx3-ubyte.gz", directory / "train-labels-idx1-ubyte.gz");
+    d.train_ = read(directory / "train-images-idx3-ubyte.gz", directory / "train-labels-idx1-ubyte.gz", cache_dir);
     d.test_ = test.get();
     return d;
   }
 
-  const TensorDataset& train() const { return train_; }
-  const TensorDataset& test() const { return test_; }
+  const NormalizedImages& train() const { return train_; }
+  const NormalizedImages& test() const { return test_; }
 
-  /// Decodes one split from an images file and a labels file.
-  static TensorDataset read(const std::filesystem::path& images, const std::filesystem::path& labels) {
-    const torch::Tensor x = detail::read_idx_ubyte(images, 3);
+  /// Decodes one split from an images file and a labels file (through the cache under
+  /// `cache_dir` when it is not empty).
+  static NormalizedImages read(const std::filesystem::path& images, const std::filesystem::path& labels,
+                               const std::filesystem::path& cache_dir = {}) {
+    const torch::Tensor x = detail::read_idx_ubyte_cached(images, 3, cache_dir);
     if (x.size(1) != 28 || x.size(2) != 28)
       throw DataError(images.string() + ": images are " + std::to_string(x.size(1)) + "x" +
                       std::to_string(x.size(2)) + ", Fashion-MNIST's are 28x28");
-    const torch::Tensor y = detail::read_idx_ubyte(labels, 1);
+    const torch::Tensor y = detail::read_idx_ubyte_cached(labels, 1, cache_dir);
     if (x.size(0) != y.size(0))
       throw DataError(images.string() + " holds " + std::to_string(x.size(0)) + " images but " +
                       labels.string() + " holds " + std::to_string(y.size(0)) +
@@ -63,13 +116,11 @@ class FashionMnist {
         throw DataError(labels.string() + ": holds label " + std::to_string(top) + " at sample " +
                         std::to_string(y.argmax().item<std::int64_t>()) +
                         "; Fashion-MNIST's labels are 0-9 (is it the right file, undamaged?)");
-    // One fused pass: (x / 255 - mean) / std == x * (1 / (255 std)) - mean / std.
-    auto data = x.to(torch::kFloat32).mul_(1.0f / (255.0f * stddev)).sub_(mean / stddev).unsqueeze_(1);
-    return {data, y.to(torch::kInt64)};
+    return {x.unsqueeze(1), y.to(torch::kInt64), mean, stddev};
   }
 
  private:
-  TensorDataset train_, test_;
+  NormalizedImages train_, test_;
 };
 
 static_assert(Splits<FashionMnist>);

@@ -65,13 +65,14 @@ inline std::vector<std::uint8_t> read_gzip(const std::filesystem::path& path) {
   return out;
 }
 
-/// An IDX file of unsigned bytes: its dimensions and payload as a uint8 tensor of those dimensions.
-/// `expected_dims` is the number of dimensions the caller needs (3 for images, 1 for labels).
-inline torch::Tensor read_idx_ubyte(const std::filesystem::path& path, int expected_dims) {
-  const std::vector<std::uint8_t> raw = read_gzip(path);
-  if (raw.size() < 4)
-    throw DataError(path.string() + ": too short for an IDX header (" + std::to_string(raw.size()) +
-                    " bytes)");
+/// The dimensions of the IDX file of unsigned bytes in `raw` (`size` bytes, decompressed), checked
+/// against `expected_dims` and the payload's length; `header` gets the payload's offset. `path`
+/// names the file in the errors.
+inline std::vector<std::int64_t> parse_idx_ubyte(const std::uint8_t* raw, std::size_t size,
+                                                 const std::filesystem::path& path, int expected_dims,
+                                                 std::size_t& header) {
+  if (size < 4)
+    throw DataError(path.string() + ": too short for an IDX header (" + std::to_string(size) + " bytes)");
   // Magic: two zero bytes, a type code (0x08 = unsigned byte), the number of dimensions.
   if (raw[0] != 0 || raw[1] != 0 || raw[2] != 0x08 || raw[3] != expected_dims) {
     char magic[16];
@@ -81,28 +82,37 @@ inline torch::Tensor read_idx_ubyte(const std::filesystem::path& path, int expec
                     " (an IDX file of unsigned bytes with " + std::to_string(expected_dims) +
                     " dimensions); is this the right file?");
   }
-  const std::size_t header = 4 + 4 * static_cast<std::size_t>(expected_dims);
-  if (raw.size() < header)
+  header = 4 + 4 * static_cast<std::size_t>(expected_dims);
+  if (size < header)
     throw DataError(path.string() + ": truncated IDX header");
   std::vector<std::int64_t> dims;
   std::size_t payload = 1;
   for (int d = 0; d < expected_dims; ++d) {
-    const std::uint8_t* p = raw.data() + 4 + 4 * d;
+    const std::uint8_t* p = raw + 4 + 4 * d;
     const std::int64_t n = (std::int64_t{p[0]} << 24) | (p[1] << 16) | (p[2] << 8) | p[3];
     dims.push_back(n);
     if (n > 0 && payload > std::numeric_limits<std::size_t>::max() / static_cast<std::size_t>(n))
       throw DataError(path.string() + ": the header's dimensions overflow; the file is corrupt");
     payload *= static_cast<std::size_t>(n);
   }
-  if (raw.size() - header < payload)
+  if (size - header < payload)
     throw DataError(path.string() + ": truncated payload: the header promises " +
                     std::to_string(payload) + " bytes, the file holds " +
-                    std::to_string(raw.size() - header));
-  if (raw.size() - header > payload)
-    throw DataError(path.string() + ": " + std::to_string(raw.size() - header - payload) +
+                    std::to_string(size - header));
+  if (size - header > payload)
+    throw DataError(path.string() + ": " + std::to_string(size - header - payload) +
                     " trailing bytes after the " + std::to_string(payload) + " the header promises");
+  return dims;
+}
+
+/// An IDX file of unsigned bytes: its dimensions and payload as a uint8 tensor of those dimensions.
+/// `expected_dims` is the number of dimensions the caller needs (3 for images, 1 for labels).
+inline torch::Tensor read_idx_ubyte(const std::filesystem::path& path, int expected_dims) {
+  const std::vector<std::uint8_t> raw = read_gzip(path);
+  std::size_t header = 0;
+  const auto dims = parse_idx_ubyte(raw.data(), raw.size(), path, expected_dims, header);
   auto t = torch::empty(dims, torch::kUInt8);
-  std::memcpy(t.data_ptr<std::uint8_t>(), raw.data() + header, payload);
+  std::memcpy(t.data_ptr<std::uint8_t>(), raw.data() + header, raw.size() - header);
   return t;
 }
 
