@@ -182,6 +182,7 @@ class Trainer {
     RunDirectory(run_.path()).create();
     ScalingConfig launched = scaling_;
     launched.num_workers = who.world_size;  // the launcher's count, not the driver's setting
+    launched.min_workers.reset();           // the launcher's range (torchrun --nnodes MIN:MAX) is its own
     tracking::RunTracking<policies> t(launched, run_);
     if (who.attempt > 0) t.continue_run(who.attempt, latest_step());
     const auto& groups = t.outcome()["groups"];
