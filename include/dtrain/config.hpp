@@ -20,6 +20,9 @@ struct ScalingConfig {
   /// Worker processes fit() starts when it runs as the driver (>= 1); in an elastic run (see
   /// min_workers), the most it runs, which it starts with and grows back to.
   int num_workers = 1;
+  /// Intra-op threads per worker; OPENBLAS_NUM_THREADS and OMP_NUM_THREADS are set to the same
+  /// number, so BLAS does not start threads of its own beside torch's pool.
+  int threads_per_worker = 1;
   /// The fewest workers an elastic run continues with (dtrain's own driver; 1 <= min_workers <=
   /// num_workers). Unset: num_workers, a fixed size. When the same rank ends the group twice in a
   /// row with no newer checkpoint between, the driver counts that worker as lost and restarts the
@@ -28,9 +31,6 @@ struct ScalingConfig {
   /// A group smaller than num_workers grows back to num_workers at its regrow_after_checkpoints-th
   /// checkpoint: its ranks stop right after that checkpoint and num_workers resume from it (>= 1).
   int regrow_after_checkpoints = 2;
-  /// Intra-op threads per worker; OPENBLAS_NUM_THREADS and OMP_NUM_THREADS are set to the same
-  /// number, so BLAS does not start threads of its own beside torch's pool.
-  int threads_per_worker = 1;
 
   void validate() const {
     if (num_workers < 1)
