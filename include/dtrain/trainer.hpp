@@ -361,7 +361,7 @@ class Trainer {
   std::optional<std::string> run_group(Loop& loop, c10d::Store& store, int n, int attempt, bool fork_workers,
                                        Variables& variables) {
     launch::WorkerGroup group;
-    for (int r = 0; r < n; ++r) {
+    for (int r = 0; r < n; ++r) try {
       if (fork_workers) {
         group.start_fork([&] {
           for (const auto& [k, v] : variables(r, attempt)) ::setenv(k.c_str(), v.c_str(), 1);
@@ -374,6 +374,11 @@ class Trainer {
         for (const auto& [k, v] : variables(r, attempt)) env.push_back(k + "=" + v);
         group.start_exec(launch::own_command_line(), env);
       }
+    } catch (const Error& e) {  // a worker that cannot be started fails the group as that rank
+      group.kill_all();
+      group.reap_all();
+      failed_rank_ = r;
+      return "training failed: rank " + std::to_string(r) + " could not be started: " + e.what();
     }
     std::optional<std::chrono::steady_clock::time_point> stop_deadline;
     while (group.running_count() > 0) {

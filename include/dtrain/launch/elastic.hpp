@@ -6,8 +6,8 @@
 // The rule, from what the driver can observe (docs/multi-host.md, "Elastic groups"):
 // - A worker is lost when the same rank ends the group twice in a row with no newer checkpoint
 //   between: the restart brought nothing back. The next group has one worker fewer, never fewer
-//   than min_workers. (A worker process that cannot be started at all fails the group the same
-//   way, from the same rank, every time.)
+//   than min_workers. (A worker the driver cannot start, fork or exec failing, fails the group as
+//   that rank, every time.)
 // - A smaller group grows back at its regrow_after_checkpoints-th checkpoint: every rank stops right
 //   after that checkpoint is complete (launch::Regroup), and the driver starts num_workers workers
 //   that resume from it. If the lost worker fails again, the rule above shrinks the group again;
