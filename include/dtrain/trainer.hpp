@@ -184,14 +184,16 @@ class Trainer {
     launched.num_workers = who.world_size;  // the launcher's count, not the driver's setting
     launched.min_workers.reset();           // the launcher's range (torchrun --nnodes MIN:MAX) is its own
     tracking::RunTracking<policies> t(launched, run_);
-    if (who.attempt > 0) t.continue_run(who.attempt, latest_step());
+    const auto step = latest_step();
+    if (who.attempt > 0) t.continue_run(who.attempt, step);
+    // A group the launcher restarted with another count (torchrun --nnodes MIN:MAX) shrank or grew.
     const auto& groups = t.outcome()["groups"];
     const int before = groups.empty() ? who.world_size : groups.back().value("world_size", who.world_size);
-    t.group_started(who.attempt, who.world_size, latest_step(),
-                    who.attempt == 0                ? "start"
-                    : who.world_size < before ? "shrink"
-                    : who.world_size > before ? "grow"
-                                              : "restart");
+    const char* why = who.attempt == 0         ? "start"
+                      : who.world_size < before ? "shrink"
+                      : who.world_size > before ? "grow"
+                                                : "restart";
+    t.group_started(who.attempt, who.world_size, step, why);
     t.start();
     return t;
   }
