@@ -153,7 +153,8 @@ enum class Start {
   /// Continue it from its latest valid checkpoint (Ray Train's behaviour for a repeated name).
   resume,
   /// Start over: the driver renames the earlier directory to <name>.old-<UTC time> before any
-  /// worker starts; nothing is deleted.
+  /// worker starts (under a launcher, rank 0 of the first group, the others waiting); nothing is
+  /// deleted.
   fresh,
 };
 
