@@ -17,20 +17,42 @@ DTRAIN_NAMESPACE_BEGIN
 /// How many workers, and what each gets. Whether they use GPUs is the Backend's choice
 /// (backend::nccl: one GPU per worker), made when the Trainer is compiled (Trainer::uses_gpu).
 struct ScalingConfig {
-  /// Worker processes fit() starts when it runs as the driver (>= 1).
+  /// Worker processes fit() starts when it runs as the driver (>= 1); in an elastic run (see
+  /// min_workers), the most it runs, which it starts with and grows back to.
   int num_workers = 1;
   /// Intra-op threads per worker; OPENBLAS_NUM_THREADS and OMP_NUM_THREADS are set to the same
   /// number, so BLAS does not start threads of its own beside torch's pool.
   int threads_per_worker = 1;
+  /// The fewest workers an elastic run continues with (dtrain's own driver; 1 <= min_workers <=
+  /// num_workers). Unset: num_workers, a fixed size. When the same rank ends the group twice in a
+  /// row with no newer checkpoint between, the driver counts that worker as lost and restarts the
+  /// group one worker smaller, from the latest checkpoint; see docs/multi-host.md, "Elastic groups".
+  std::optional<int> min_workers = std::nullopt;
+  /// A group smaller than num_workers grows back to num_workers at its regrow_after_checkpoints-th
+  /// checkpoint: its ranks stop right after that checkpoint and num_workers resume from it (>= 1).
+  int regrow_after_checkpoints = 2;
 
   void validate() const {
     if (num_workers < 1)
       throw ConfigError("ScalingConfig::num_workers is " + std::to_string(num_workers) +
                         "; it must be at least 1");
+    if (min_workers && (*min_workers < 1 || *min_workers > num_workers))
+      throw ConfigError("ScalingConfig::min_workers is " + std::to_string(*min_workers) + " with num_workers " +
+                        std::to_string(num_workers) + "; set 1 <= min_workers <= num_workers (num_workers is the "
+                        "most workers, min_workers the fewest an elastic run continues with), or leave it unset "
+                        "for a fixed size");
+    if (regrow_after_checkpoints < 1)
+      throw ConfigError("ScalingConfig::regrow_after_checkpoints is " + std::to_string(regrow_after_checkpoints) +
+                        "; it must be at least 1 (the checkpoints a smaller group writes before it grows back)");
     if (threads_per_worker < 1)
       throw ConfigError("ScalingConfig::threads_per_worker is " + std::to_string(threads_per_worker) +
                         "; it must be at least 1");
   }
+
+  /// The fewest workers the run continues with: min_workers, or num_workers when it is unset.
+  int minimum_workers() const { return min_workers.value_or(num_workers); }
+  /// Whether the group may run smaller than num_workers (min_workers < num_workers).
+  bool elastic() const { return minimum_workers() < num_workers; }
 };
 
 /// Whether a higher or a lower score is better (CheckpointConfig::score_attribute).
@@ -131,7 +153,8 @@ enum class Start {
   /// Continue it from its latest valid checkpoint (Ray Train's behaviour for a repeated name).
   resume,
   /// Start over: the driver renames the earlier directory to <name>.old-<UTC time> before any
-  /// worker starts; nothing is deleted.
+  /// worker starts (under a launcher, rank 0 of the first group, the others waiting); nothing is
+  /// deleted.
   fresh,
 };
 

@@ -35,6 +35,7 @@
 #include <dtrain/detail/memory.hpp>
 #include <dtrain/error.hpp>
 #include <dtrain/evaluation/classification.hpp>
+#include <dtrain/launch/elastic.hpp>
 #include <dtrain/launch/group.hpp>
 #include <dtrain/launch/stop.hpp>
 #include <dtrain/metrics.hpp>
@@ -229,6 +230,13 @@ class Context {
                             "Trainer's policies.");
     Metrics row = record(metrics);
     checkpoints_.save(std::move(snapshot), reports_, std::move(row));
+    // An elastic group smaller than num_workers grows back here: every rank ends once this
+    // checkpoint is complete, and the driver resumes num_workers from it (launch/elastic.hpp).
+    if (launch::regrow_due(group_.identity(), scaling_, ++group_checkpoints_)) {
+      finish();
+      if (world_rank() == 0) group_.store().set(group_.key(launch::regroup_key), launch::to_bytes("1"));
+      throw launch::Regroup{};
+    }
   }
 
   /// Takes a snapshot of the model's parameters and buffers, the optimizer's state, the
@@ -382,6 +390,7 @@ class Context {
   tracking::ProgressMeter meter_;
   checkpointer_state checkpoints_;
   std::int64_t steps_ = 0, reports_ = 0, syncs_ = 0;
+  int group_checkpoints_ = 0;  // checkpoints this group saved (an elastic group regrows after some)
   launch::StopRequest stop_;
   std::optional<tracking::RunRecord> tracked_;  // rank 0: the run as the Tracker's report hook sees it
 };

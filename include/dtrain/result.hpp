@@ -180,6 +180,29 @@ struct RunError {
   int rank = -1;
 };
 
+/// One worker group of a run (outcome.json's "groups", in order): when the driver started it, how
+/// big, and why. Under a launcher rank 0 records each group the launcher started.
+struct GroupStart {
+  /// The group's attempt (ctx.attempt()): 0 for the first group, one more for each start after.
+  int attempt = 0;
+  int world_size = 0;
+  /// The step of the checkpoint it resumed from (0: from the start).
+  std::int64_t step = 0;
+  /// "start" (the first), "restart" (after a failure, the same size), "shrink" (after a worker was
+  /// lost, one fewer), "grow" (a smaller group reached its checkpoints; back to num_workers).
+  std::string reason;
+
+  /// The groups of outcome.json's "groups" array (absent in older files: none).
+  static std::vector<GroupStart> list_from_json(const nlohmann::json& list) {
+    std::vector<GroupStart> out;
+    if (!list.is_array()) return out;
+    for (const auto& g : list)
+      out.push_back({g.value("attempt", 0), g.value("world_size", 0), g.value("step", std::int64_t{0}),
+                     g.value("reason", std::string())});
+    return out;
+  }
+};
+
 /// A run directory's files, read once: for the Result and for the Tracker alike.
 struct RunFiles {
   MetricsHistory history;
@@ -230,6 +253,9 @@ struct Result {
   std::optional<checkpointer::CheckpointStats> checkpoint_stats;
   /// The evaluations the loop recorded with ctx.record_evaluation, in the order first recorded.
   std::vector<Evaluation> evaluations;
+  /// Every worker group of the run in order, with its size: restarts and an elastic run's changes
+  /// of size (ScalingConfig::min_workers).
+  std::vector<GroupStart> groups;
 
   /// The evaluation named `name`, or nullptr.
   const Evaluation* evaluation(std::string_view name) const {
@@ -284,8 +310,10 @@ struct Result {
       const auto& r = outcome.value("error_rank", nlohmann::json());
       error = RunError{status, e.is_string() ? e.get<std::string>() : status, r.is_number_integer() ? r.get<int>() : -1};
     }
-    return assemble(RunFiles::read(run_dir, /*with_checkpoints=*/true), run_dir, config,
-                    outcome.value("restarts", 0), status, std::move(error));
+    auto r = assemble(RunFiles::read(run_dir, /*with_checkpoints=*/true), run_dir, config,
+                      outcome.value("restarts", 0), status, std::move(error));
+    r.groups = GroupStart::list_from_json(outcome.value("groups", nlohmann::json()));
+    return r;
   }
 
   /// A Result from what was read of the run directory (fit() and from_path share it).

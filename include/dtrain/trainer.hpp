@@ -27,7 +27,9 @@
 #include <dtrain/context.hpp>
 #include <dtrain/data/dataset.hpp>
 #include <dtrain/error.hpp>
+#include <dtrain/launch/elastic.hpp>
 #include <dtrain/launch/environment.hpp>
+#include <dtrain/launch/fresh_start.hpp>
 #include <dtrain/launch/process.hpp>
 #include <dtrain/launch/rendezvous.hpp>
 #include <dtrain/launch/stop.hpp>
@@ -111,6 +113,7 @@ class Trainer {
   Result fit(Loop&& loop) {
     scaling_.validate();
     run_.validate();
+    launch::check_elastic(scaling_, persists, strategy_traits<typename policies::strategy>::shards_optimizer);
     if (!persists && run_.resume_from)
       throw ConfigError("RunConfig::resume_from is set but the Trainer's Checkpointer is checkpointer::none, "
                         "which neither writes nor reads checkpoints; add dtrain::checkpointer::directory<> "
@@ -134,11 +137,15 @@ class Trainer {
       retain_freed_memory_by_default();
       store = launch::connect_store(who, run_.rendezvous_timeout);
       launch::rendezvous(*store, who, run_.rendezvous_timeout);
+      if (!who.store_on_driver && run_.start == Start::fresh)  // no driver of ours moved the old run aside
+        launch::start_fresh_under_launcher(*store, who, run_.path(), run_.rendezvous_timeout);
       if (!who.store_on_driver && who.rank == 0) tracked.emplace(start_tracking(who));
       context ctx(who, store, scaling_, run_);
       loop(ctx);
       ctx.finish();
       if (tracked) tracked->end("finished", who.attempt, "");
+      depart(*store, who);
+    } catch (const launch::Regroup&) {  // an elastic group's checkpoint to grow back from is complete
       depart(*store, who);
     } catch (const std::exception& e) {
       status = 1;
@@ -175,8 +182,18 @@ class Trainer {
     RunDirectory(run_.path()).create();
     ScalingConfig launched = scaling_;
     launched.num_workers = who.world_size;  // the launcher's count, not the driver's setting
+    launched.min_workers.reset();           // the launcher's range (torchrun --nnodes MIN:MAX) is its own
     tracking::RunTracking<policies> t(launched, run_);
-    if (who.attempt > 0) t.continue_run(who.attempt);
+    const auto step = latest_step();
+    if (who.attempt > 0) t.continue_run(who.attempt, step);
+    // A group the launcher restarted with another count (torchrun --nnodes MIN:MAX) shrank or grew.
+    const auto& groups = t.outcome()["groups"];
+    const int before = groups.empty() ? who.world_size : groups.back().value("world_size", who.world_size);
+    const char* why = who.attempt == 0         ? "start"
+                      : who.world_size < before ? "shrink"
+                      : who.world_size > before ? "grow"
+                                                : "restart";
+    t.group_started(who.attempt, who.world_size, step, why);
     t.start();
     return t;
   }
@@ -213,7 +230,8 @@ class Trainer {
                           "directory whose manifest verifies, or unset it to start afresh.");
     }
 
-    const int n = scaling_.num_workers;
+    launch::ElasticSize sizes(scaling_);  // each group's size: num_workers unless elastic
+    int n = sizes.size();
     const std::string threads = std::to_string(scaling_.threads_per_worker);
     auto variables = [&](int rank, int attempt) {
       return std::vector<std::pair<std::string, std::string>>{
@@ -232,6 +250,7 @@ class Trainer {
     // The Tracker records the run: params and "running" now, the outcome when it ends.
     tracking::RunTracking<policies> record(scaling_, run_);
     record.start();
+    record.group_started(0, n, latest_step(), "start");
 
     // Each failure of a group, described; a new group (attempt + 1, fresh store keys) resumes from
     // the latest valid checkpoint while there were at most max_failures of them.
@@ -248,11 +267,20 @@ class Trainer {
         return result;
       }
       if (launch::stop_signals_received() > 0) return stop_run(record, static_cast<int>(failures.size()));
-      if (!failure) break;
+      if (!failure) {
+        if (!store->check({launch::key(attempt, launch::regroup_key)})) break;
+        const auto why = sizes.after_regroup();
+        std::fprintf(stderr, "dtrain: the group of %d workers grows back to %d from its latest checkpoint\n", n,
+                     sizes.size());
+        n = sizes.size();
+        record.group_started(attempt + 1, n, latest_step(), why);
+        continue;
+      }
       // A checkpoint a worker could not load is passed over, as a damaged one is: not a failure of
       // the training. Each time, one checkpoint fewer remains, so this ends.
       if (store->check({launch::key(attempt, "checkpoint_unloadable")})) {
         std::fprintf(stderr, "dtrain: %s; restarting the worker group from an older checkpoint\n", failure->c_str());
+        record.group_started(attempt + 1, n, latest_step(), "restart");
         continue;
       }
       failures.push_back(std::move(*failure));
@@ -296,6 +324,14 @@ class Trainer {
         }
         throw WorkerError(msg);
       }
+      // The same rank again with no newer checkpoint: that worker is lost, the next group is smaller.
+      const auto step = record.outcome()["failures"].back()["resumed_step"].template get<std::int64_t>();
+      const auto why = sizes.after_failure(failed_rank_, step);
+      if (why == "shrink")
+        std::fprintf(stderr, "dtrain: rank %d ended the group again with no newer checkpoint: continuing with %d "
+                     "workers (ScalingConfig::min_workers = %d)\n", failed_rank_, sizes.size(), scaling_.minimum_workers());
+      n = sizes.size();
+      record.group_started(attempt + 1, n, step, why);
       // Back off before restarting: doubling while the failures make no progress, reset when they do.
       if (!same) backoff = run_.failure.restart_backoff;
       std::fprintf(stderr, "dtrain: %s; restarting the worker group in %.1f s (restart %zu of %s)\n",
@@ -327,7 +363,7 @@ class Trainer {
   std::optional<std::string> run_group(Loop& loop, c10d::Store& store, int n, int attempt, bool fork_workers,
                                        Variables& variables) {
     launch::WorkerGroup group;
-    for (int r = 0; r < n; ++r) {
+    for (int r = 0; r < n; ++r) try {
       if (fork_workers) {
         group.start_fork([&] {
           for (const auto& [k, v] : variables(r, attempt)) ::setenv(k.c_str(), v.c_str(), 1);
@@ -340,6 +376,11 @@ class Trainer {
         for (const auto& [k, v] : variables(r, attempt)) env.push_back(k + "=" + v);
         group.start_exec(launch::own_command_line(), env);
       }
+    } catch (const Error& e) {  // a worker that cannot be started fails the group as that rank
+      group.kill_all();
+      group.reap_all();
+      failed_rank_ = r;
+      return "training failed: rank " + std::to_string(r) + " could not be started: " + e.what();
     }
     std::optional<std::chrono::steady_clock::time_point> stop_deadline;
     while (group.running_count() > 0) {
@@ -372,12 +413,20 @@ class Trainer {
         return std::nullopt;
       }
       // One rank failed: stop the rest at once, then say who failed first and why.
+      ended = launch::first_cause(group, *ended);
       group.kill_all();
       group.reap_all();
       failed_rank_ = ended->rank;
       return describe_failure(store, *ended, n, attempt);
     }
     return std::nullopt;
+  }
+
+  // The steps of the run directory's latest valid checkpoint, where the next group resumes (0: none).
+  std::int64_t latest_step() const {
+    if constexpr (persists)
+      if (auto ck = checkpointer::latest_valid(run_.path(), /*warn=*/false)) return ck->steps();
+    return 0;
   }
 
   // What makes two failures "the same": the first error's text, whichever rank raised it first

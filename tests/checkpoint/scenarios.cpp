@@ -4,7 +4,7 @@
 // files it leaves and the parameters it saves.
 //
 //   checkpoint_scenarios --name NAME [--storage DIR] [--workers N] [--steps K] [--every E]
-//       [--kill-step S] [--kill-always 1] [--max-failures F] [--keep N] [--score ATTR]
+//       [--kill-step S] [--kill-rank R] [--kill-attempts A] [--kill-always 1] [--max-failures F] [--keep N] [--score ATTR]
 //       [--order min|max] [--resume-from DIR] [--fault-iteration I] [--out FILE] [--sync 1]
 //       [--user-state 1]   a vocabulary file and a learning-rate schedule in every checkpoint
 //       [--amp 1]          amp<bf16> with a GradScaler whose scale grows every 3 steps
@@ -14,7 +14,13 @@
 //       [--fresh 1] [--seed N] [--reproducible N] [--epoch-steps K] [--fail-at-step S] [--final 1]
 //       [--hidden N] (another model's shape: its checkpoints do not load into the default one)
 //       [--trace DIR]      1008 samples whose last feature is their index; each rank appends
-//                          "epoch index" for every sample it trains to DIR/w<world>_a<attempt>_r<rank>
+//                          "epoch index step" for every sample it trains to DIR/w<world>_a<attempt>_r<rank>
+//       [--min-workers M] [--regrow-after C]  an elastic group (ScalingConfig::min_workers,
+//                          regrow_after_checkpoints)
+//
+// --kill-step S: rank R (default 1) kills itself with SIGKILL after S steps, in attempts below A
+// (default 1), or in every attempt with --kill-always 1. With --kill-settled 1 every rank first
+// waits for the checkpoints in flight (ctx.best_checkpoint()), so the latest one at the kill is known.
 //
 // --epoch-steps K leaves every epoch after K steps with ctx.end_epoch(); --fail-at-step S throws
 // at step S on every attempt; --seed N is RunConfig::seed; --reproducible N calls
@@ -43,6 +49,8 @@ struct Args {
   std::string name = "run", storage = "checkpoint_runs", out, score, order = "max", resume_from, schedule, trace;
   int workers = 2, steps = 40, every = 5, kill_step = -1, max_failures = 0, keep = 0;
   int epoch_steps = -1, fail_at_step = -1, hidden = 32;
+  int kill_rank = 1, kill_attempts = 1, min_workers = 0, regrow_after = 2;
+  bool kill_settled = false;
   bool kill_always = false, user_state = false, amp = false, fresh = false, final_checkpoint = false;
   std::optional<std::uint64_t> seed, reproducible;
   std::int64_t batch = 32;
@@ -59,6 +67,11 @@ Args parse(int argc, char** argv) {
     else if (f == "--every") a.every = std::stoi(v);
     else if (f == "--kill-step") a.kill_step = std::stoi(v);
     else if (f == "--kill-always") a.kill_always = v == "1";
+    else if (f == "--kill-rank") a.kill_rank = std::stoi(v);
+    else if (f == "--kill-settled") a.kill_settled = v == "1";
+    else if (f == "--kill-attempts") a.kill_attempts = std::stoi(v);
+    else if (f == "--min-workers") a.min_workers = std::stoi(v);
+    else if (f == "--regrow-after") a.regrow_after = std::stoi(v);
     else if (f == "--max-failures") a.max_failures = std::stoi(v);
     else if (f == "--keep") a.keep = std::stoi(v);
     else if (f == "--score") a.score = v;
@@ -156,7 +169,9 @@ int train(const Args& a) {
   if (a.fresh) run.start = dtrain::Start::fresh;
   run.seed = a.seed;
   run.failure.restart_backoff = std::chrono::milliseconds(100);
-  Trainer trainer({.num_workers = a.workers}, run);
+  dtrain::ScalingConfig scaling{.num_workers = a.workers, .regrow_after_checkpoints = a.regrow_after};
+  if (a.min_workers > 0) scaling.min_workers = a.min_workers;
+  Trainer trainer(scaling, run);
 
   const auto result = trainer.fit([&](typename Trainer::context& ctx) {
     torch::manual_seed(ctx.world_rank() + 7);
@@ -201,12 +216,15 @@ int train(const Args& a) {
                                 "_r" + std::to_string(ctx.world_rank()),
                             std::ios::app);
           const auto index = (batch.data.select(1, 19) * 1024).round().to(torch::kLong);
-          for (std::int64_t i = 0; i < index.size(0); ++i) log << ctx.epoch() << ' ' << index[i].template item<std::int64_t>() << '\n';
+          for (std::int64_t i = 0; i < index.size(0); ++i)
+            log << ctx.epoch() << ' ' << index[i].template item<std::int64_t>() << ' ' << ctx.steps() + 1 << '\n';
         }
         if (ctx.world_rank() == 0 && std::getenv("SCENARIO_TRACE"))
           std::cerr << "TRAIN epoch=" << ctx.epoch() << " first=" << batch.target[0].template item<std::int64_t>() << std::endl;
-        if (ctx.world_rank() == 1 && ctx.steps() == a.kill_step && (a.kill_always || ctx.attempt() == 0))
-          std::raise(SIGKILL);
+        if (ctx.steps() == a.kill_step && (a.kill_always || ctx.attempt() < a.kill_attempts)) {
+          if (a.kill_settled && ctx.world_size() > a.kill_rank) (void)ctx.best_checkpoint();
+          if (ctx.world_rank() == a.kill_rank) std::raise(SIGKILL);
+        }
         if (a.user_state)
           for (auto& group : sgd.param_groups()) static_cast<torch::optim::SGDOptions&>(group.options()).lr(decay.next());
         sgd.zero_grad();
@@ -256,6 +274,8 @@ int train(const Args& a) {
             << " latest=" << (result.latest_checkpoint() ? result.latest_checkpoint()->path().string() : "-")
             << " best=" << (result.best_checkpoint() ? result.best_checkpoint()->path().string() : "-");
   for (const auto& [k, v] : result.metrics) std::cout << ' ' << k << '=' << v.text();
+  std::cout << " groups=";
+  for (const auto& g : result.groups) std::cout << g.world_size << '@' << g.step << ':' << g.reason << ';';
   std::cout << std::endl;
   return 0;
 }

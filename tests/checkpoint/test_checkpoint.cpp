@@ -829,8 +829,8 @@ TEST_CASE("worker_count_change_mid_epoch_trains_each_sample_once: 3 workers then
   std::map<std::string, std::int64_t> per_file;
   for (const auto& f : fs::directory_iterator(trace)) {
     std::ifstream in(f.path());
-    std::int64_t epoch = 0, index = 0;
-    while (in >> epoch >> index) {
+    std::int64_t epoch = 0, index = 0, step = 0;
+    while (in >> epoch >> index >> step) {
       CHECK(epoch == 0);
       ++seen[index];
       ++per_file[f.path().filename().string()];

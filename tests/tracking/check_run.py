@@ -70,7 +70,7 @@ check({k: pol[k]["name"] for k in pol} == {"backend": "gloo", "sampler": pol["sa
                                            "precision": "fp32", "tracker": "mlflow"},
       "params.json names every policy: %s" % {k: pol[k]["name"] for k in pol})
 check("ddp<" in pol["strategy"]["type"], "a policy's numbers show in its type: " + pol["strategy"]["type"])
-check(params["scaling"] == {"num_workers": 2, "threads_per_worker": 1, "use_gpu": False}, "params.json scaling")
+check(params["scaling"] == {"num_workers": 2, "threads_per_worker": 1, "min_workers": 2, "use_gpu": False}, "params.json scaling")
 check(params["run"]["name"] == name and params["run"]["progress"]["verbosity"] == "normal", "params.json run")
 check(params["checkpoint"] == {"num_to_keep": 2, "score_attribute": "test_accuracy", "score_order": "max"},
       "params.json checkpoint config")

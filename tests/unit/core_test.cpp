@@ -26,6 +26,7 @@
 #include <dtrain/config.hpp>
 #include <dtrain/detail/shm_allreduce.hpp>
 #include <dtrain/error.hpp>
+#include <dtrain/launch/elastic.hpp>
 #include <dtrain/launch/environment.hpp>
 #include <dtrain/launch/process.hpp>
 #include <dtrain/memory.hpp>
@@ -429,6 +430,48 @@ TEST_CASE("ScalingConfig::validate rejects fewer than one worker or thread", "[c
                          MessageContains({"num_workers", "-2"}));
   REQUIRE_THROWS_MATCHES((dtrain::ScalingConfig{1, 0}.validate()), dtrain::ConfigError,
                          MessageContains({"threads_per_worker", "0", "at least 1"}));
+}
+
+TEST_CASE("ScalingConfig::min_workers must lie in 1..num_workers", "[config][error][elastic]") {
+  CHECK_FALSE(dtrain::ScalingConfig{.num_workers = 3}.elastic());
+  CHECK(dtrain::ScalingConfig{.num_workers = 3}.minimum_workers() == 3);
+  CHECK(dtrain::ScalingConfig{.num_workers = 3, .min_workers = 2}.elastic());
+  CHECK_NOTHROW(dtrain::ScalingConfig{.num_workers = 3, .min_workers = 3}.validate());
+  REQUIRE_THROWS_MATCHES((dtrain::ScalingConfig{.num_workers = 2, .min_workers = 3}.validate()), dtrain::ConfigError,
+                         MessageContains({"min_workers is 3 with num_workers 2", "1 <= min_workers <= num_workers"}));
+  REQUIRE_THROWS_MATCHES((dtrain::ScalingConfig{.num_workers = 2, .min_workers = 0}.validate()), dtrain::ConfigError,
+                         MessageContains({"min_workers is 0"}));
+  REQUIRE_THROWS_MATCHES((dtrain::ScalingConfig{.num_workers = 2, .regrow_after_checkpoints = 0}.validate()),
+                         dtrain::ConfigError, MessageContains({"regrow_after_checkpoints is 0", "at least 1"}));
+  // An elastic range needs checkpoints, and optimizer state that is not sharded over the ranks.
+  const dtrain::ScalingConfig elastic{.num_workers = 3, .min_workers = 2};
+  CHECK_NOTHROW(dtrain::launch::check_elastic(dtrain::ScalingConfig{.num_workers = 3}, false, true));
+  REQUIRE_THROWS_MATCHES(dtrain::launch::check_elastic(elastic, false, false), dtrain::ConfigError,
+                         MessageContains({"checkpointer::directory<>"}));
+  REQUIRE_THROWS_MATCHES(dtrain::launch::check_elastic(elastic, true, true), dtrain::ConfigError,
+                         MessageContains({"strategy::fsdp<>", "strategy::ddp<>"}));
+}
+
+TEST_CASE("ElasticSize: the same rank failing twice with no newer checkpoint shrinks the group to min_workers at most", "[elastic]") {
+  dtrain::launch::ElasticSize sizes(dtrain::ScalingConfig{.num_workers = 4, .min_workers = 2});
+  CHECK(sizes.size() == 4);
+  CHECK(sizes.after_failure(3, 10) == "restart");  // a first failure: restart at the same size
+  CHECK(sizes.after_failure(1, 10) == "restart");  // another rank: not the same worker
+  CHECK(sizes.after_failure(1, 20) == "restart");  // a newer checkpoint between: it came back
+  CHECK(sizes.after_failure(1, 20) == "shrink");
+  CHECK(sizes.size() == 3);
+  CHECK(sizes.after_failure(2, 20) == "restart");  // the smaller group counts afresh
+  CHECK(sizes.after_failure(2, 20) == "shrink");
+  CHECK(sizes.size() == 2);
+  CHECK(sizes.after_failure(0, 20) == "restart");
+  CHECK(sizes.after_failure(0, 20) == "restart");  // at min_workers: restarts at that size
+  CHECK(sizes.size() == 2);
+  CHECK(sizes.after_regroup() == "grow");
+  CHECK(sizes.size() == 4);
+  dtrain::launch::ElasticSize fixed(dtrain::ScalingConfig{.num_workers = 2});
+  CHECK(fixed.after_failure(1, 0) == "restart");
+  CHECK(fixed.after_failure(1, 0) == "restart");
+  CHECK(fixed.size() == 2);
 }
 
 TEST_CASE("RunConfig::validate wants a single non-empty directory name", "[config][error]") {

@@ -175,7 +175,7 @@ nlohmann::json params_json(const ScalingConfig& scaling, const RunConfig& run) {
         {"precision", policy_json<typename Policies::precision>()},
         {"tracker", policy_json<typename Policies::tracker>()}}},
       {"scaling", {{"num_workers", scaling.num_workers}, {"threads_per_worker", scaling.threads_per_worker},
-                   {"use_gpu", bool(Policies::backend::uses_cuda)}}},
+                   {"min_workers", scaling.minimum_workers()}, {"use_gpu", bool(Policies::backend::uses_cuda)}}},
       {"run",
        {{"storage_path", run.storage_path.string()},
         {"name", run.name},

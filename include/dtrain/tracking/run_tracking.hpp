@@ -32,16 +32,32 @@ class RunTracking {
     record_.params = params_json<Policies>(scaling, run);
     record_.outcome = {{"format", format_version}, {"status", "running"}, {"start_time", unix_now()},
                        {"end_time", nullptr}, {"restarts", 0}, {"failures", nlohmann::json::array()},
+                       {"groups", nlohmann::json::array()},
                        {"error", nullptr}};
   }
 
   /// A launched group restarted by its launcher (torchrun's `--max_restarts`): the same run, so
   /// its start time (and MLflow run id) is the first group's, read back from outcome.json.
-  void continue_run(int restarts) {
+  ///
+  /// The group before this one failed: its rank 0 recorded "failed" and the error when it could;
+  /// when it could not (rank 0 killed by a signal, its host lost), outcome.json still says
+  /// "running", and this failure is recorded now, as unexplained. Either way it joins "failures".
+  void continue_run(int restarts, std::int64_t resumed_step) {
     const auto earlier = read_json(record_.directory().outcome());
     if (earlier.is_object() && earlier.contains("start_time")) {
       record_.outcome["start_time"] = earlier["start_time"];
       if (earlier.contains("failures")) record_.outcome["failures"] = earlier["failures"];
+      if (earlier.contains("groups")) record_.outcome["groups"] = earlier["groups"];
+      const auto status = earlier.value("status", std::string());
+      const auto error = earlier.value("error", nlohmann::json());
+      std::string cause = status == "failed" && error.is_string() ? error.get<std::string>() : "";
+      if (status == "running")
+        cause = "the group of attempt " + std::to_string(restarts - 1) +
+                " ended without its rank 0 recording why (rank 0 was killed by a signal or lost with its host; "
+                "the launcher's log has its end), and the launcher restarted it";
+      if (!cause.empty())
+        record_.outcome["failures"].push_back({{"time", unix_now()}, {"attempt", restarts - 1}, {"cause", cause},
+                                               {"resumed_step", resumed_step}});
     }
     record_.outcome["restarts"] = restarts;
   }
@@ -50,6 +66,12 @@ class RunTracking {
   void start() { Policies::tracker::start(record_); }
 
   nlohmann::json& outcome() { return record_.outcome; }
+
+  /// Records a worker group's start in outcome.json's "groups" (written with the outcome).
+  void group_started(int attempt, int world_size, std::int64_t step, const std::string& reason) {
+    record_.outcome["groups"].push_back(
+        {{"attempt", attempt}, {"world_size", world_size}, {"step", step}, {"reason", reason}});
+  }
 
   /// The run's end, for the Tracker and the Result alike: the run directory read once, its
   /// checkpoints verified once (damaged ones are reported on stderr and passed over).
@@ -67,7 +89,9 @@ class RunTracking {
     Policies::tracker::end(record_);
     std::optional<RunError> failure;
     if (status != "finished") failure = RunError{status, error, error_rank};
-    return Result::assemble(files, run_.path(), run_.checkpoint, restarts, status, std::move(failure));
+    auto result = Result::assemble(files, run_.path(), run_.checkpoint, restarts, status, std::move(failure));
+    result.groups = GroupStart::list_from_json(record_.outcome["groups"]);
+    return result;
   }
 
  private:
