@@ -209,13 +209,15 @@ class shm_channel {
     std::condition_variable changed;  // a task queued or finished, or the channel stops
     std::deque<std::packaged_task<void()>> tasks;
     bool running = false;  // one task at a time, on whichever thread took it: the order is kept
+    bool by_waiter = false;  // the running task runs on a thread that waits for it
     bool stop = false;
 
     // Runs the first queued task on this thread, the lock released meanwhile.
-    void run_front(std::unique_lock<std::mutex>& lock) {
+    void run_front(std::unique_lock<std::mutex>& lock, bool waiter) {
       auto task = std::move(tasks.front());
       tasks.pop_front();
       running = true;
+      by_waiter = waiter;
       lock.unlock();
       task();  // a failure goes to the task's future
       lock.lock();
@@ -225,7 +227,7 @@ class shm_channel {
     void run_until(const std::shared_future<void>& done) {
       std::unique_lock<std::mutex> lock(mutex);
       while (done.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
-        if (!running && !tasks.empty()) run_front(lock);
+        if (!running && !tasks.empty()) run_front(lock, true);
         else changed.wait(lock);
       }
     }
@@ -256,23 +258,26 @@ class shm_channel {
     for (;;) {
       q.changed.wait(lock, [&] { return !q.running && (q.stop || !q.tasks.empty()); });
       if (q.tasks.empty()) return;  // stopped, and every task has run
-      q.run_front(lock);
+      q.run_front(lock, false);
     }
   }
 
   // Announces this rank's next phase and waits for every rank to reach it: a spin (a peer that is
   // about to arrive costs no system call and no wake-up), then a futex sleep, so a waiting rank
-  // leaves its core to the computation of others. The spin is long (spin_for_) only when every
-  // rank's threads have a core of their own: a sleeping rank's wake-up took 100-300 us on the
-  // 2-core development VM, on every collective; with more threads than cores a spinning rank would
-  // take the core of the rank it waits for.
+  // leaves its core to the computation of others. The spin is long (spin_for_) only on a thread
+  // that waits for the collective anyway (not the channel's own, whose core backward may need),
+  // when every rank's threads have a core of their own, and while the recent waits were shorter
+  // than it: a sleeping rank's wake-up took 100-300 us on the 2-core development VM, on every
+  // collective; but where the peers are slow to come (other work on the cores, uneven ranks)
+  // spinning only takes a core the rank it waits for may need.
   void barrier() {
     const std::uint32_t phase = ++phase_;
     auto& mine = arrived(rank_);
     mine.value.store(phase, std::memory_order_seq_cst);
     if (mine.sleepers.load(std::memory_order_seq_cst) > 0) futex_wake_all(&mine.value);
     const auto start = std::chrono::steady_clock::now();
-    const auto spin_until = start + spin_for_;
+    const bool long_spin = queue_->by_waiter && recent_wait_ < spin_for_;
+    const auto spin_until = start + (long_spin ? spin_for_ : std::chrono::nanoseconds(0));
     auto next_check = start + std::chrono::seconds(1);
     for (int r = 0; r < world_; ++r) {
       auto& theirs = arrived(r);
@@ -304,6 +309,7 @@ class shm_channel {
         }
       }
     }
+    recent_wait_ = (recent_wait_ * 7 + (std::chrono::steady_clock::now() - start)) / 8;
     // Every rank has written its call before it arrived here: compare them before any data moves.
     if (checking_) {
       const CollectiveCall mine = *std::exchange(checking_, std::nullopt);
@@ -414,6 +420,7 @@ class shm_channel {
   char* base_ = nullptr;
   static constexpr std::uint32_t min_spins = 2000;  // a few microseconds, always
   std::chrono::nanoseconds spin_for_ = std::chrono::nanoseconds(0);
+  std::chrono::nanoseconds recent_wait_ = std::chrono::nanoseconds(0);  // a moving average of barrier waits
   std::uint32_t phase_ = 0;
   std::optional<CollectiveCall> checking_;  // the call to verify at the next barrier
   CollectiveCall current_;                  // the collective running (named when a peer is missing)
