@@ -21,9 +21,9 @@ namespace {
 // images/{train,test}/<label>/<index>.png: 300 and 200 of Fashion-MNIST's images, as 8-bit PNGs.
 void write_folder() {
   const auto all = dtrain::data::FashionMnist::load();
-  auto write = [](const dtrain::data::TensorDataset& d, std::int64_t n, const std::string& dir) {
+  auto write = [](const dtrain::data::NormalizedImages& d, std::int64_t n, const std::string& dir) {
     for (std::int64_t i = 0; i < n; ++i) {
-      const auto pixels = (d.data()[i][0] * 255).round().to(torch::kUInt8).contiguous();
+      const auto pixels = d.pixels()[i][0].contiguous();  // the image's bytes, as read
       const auto cls = std::filesystem::path(dir) / std::to_string(d.targets()[i].item<std::int64_t>());
       std::filesystem::create_directories(cls);
       cv::imwrite((cls / (std::to_string(i) + ".png")).string(), cv::Mat(28, 28, CV_8UC1, pixels.data_ptr<std::uint8_t>()));

@@ -32,8 +32,9 @@ struct SmallFashionMnist {
 
   static SmallFashionMnist load() {
     const auto all = dtrain::data::FashionMnist::load();
-    auto first = [](const dtrain::data::TensorDataset& d, std::int64_t n) {
-      return dtrain::data::TensorDataset{d.data().narrow(0, 0, n).clone(), d.targets().narrow(0, 0, n).clone()};
+    auto first = [](const dtrain::data::NormalizedImages& d, std::int64_t n) {
+      const auto b = d.get_batch(torch::arange(n));
+      return dtrain::data::TensorDataset{b.data, b.target};
     };
     return {first(all.train(), 1024), first(all.test(), 512)};
   }

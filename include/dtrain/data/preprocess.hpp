@@ -150,7 +150,7 @@ class StandardScaler {
 /// re.findall(r"[a-z0-9]+", text.lower())), cut to `max_len` tokens; the vocabulary is the
 /// `max_words` most frequent training tokens, ties broken by the word, after <pad> = 0 and <unk> = 1.
 /// Exactly the tokenizer of ../shared/peers/text_peer.py.
-class WordVocabulary {
+class WordVocabulary : public detail::encodings<WordVocabulary> {
  public:
   static constexpr std::int64_t pad_id = 0, unk_id = 1;
 
@@ -251,24 +251,8 @@ class WordVocabulary {
     return {std::move(v), std::move(ids)};
   }
 
-  /// Ids of `text`'s tokens (unknown words are <unk>); a text without tokens gives {<unk>}.
-  std::vector<std::int64_t> encode(std::string_view text) const {
-    std::vector<std::int64_t> ids;
-    encode_into(text, [&](std::int64_t id) { ids.push_back(id); });
-    return ids;
-  }
-  /// encode() of each of `texts`, into one buffer.
-  template <class Range>
-  TokenIds encode_all(const Range& texts) const {
-    TokenIds out;
-    for (const auto& t : texts) {
-      encode_into(std::string_view(t), [&](std::int64_t id) { out.push(id); });
-      out.end_text();
-    }
-    return out;
-  }
-  /// encode(text) as a 1-D int64 tensor.
-  torch::Tensor transform(std::string_view text) const { return torch::tensor(encode(text), torch::kInt64); }
+  // encode(text): ids of `text`'s tokens (unknown words are <unk>; a text without tokens gives
+  // {<unk>}); encode_all(texts); transform(text): from detail::encodings.
 
   /// Ids in all: the words and the two specials.
   std::int64_t size() const { return static_cast<std::int64_t>(words_.size()) + 2; }
@@ -286,6 +270,7 @@ class WordVocabulary {
   }
 
  private:
+  friend class detail::encodings<WordVocabulary>;
   template <class Out>
   void encode_into(std::string_view text, Out&& out) const {
     bool any = false;

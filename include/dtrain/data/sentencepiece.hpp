@@ -160,7 +160,7 @@ class SentencePieceProcessor {
 
 /// A SentencePiece tokenizer fitted on the training texts: ids 0 = <pad>, 1 = <unk>, then the
 /// pieces (no BOS / EOS), so it pads like WordVocabulary. Thread-safe encoding.
-class SentencePieceTokenizer {
+class SentencePieceTokenizer : public detail::encodings<SentencePieceTokenizer> {
  public:
   static constexpr std::int64_t pad_id = 0, unk_id = 1;
 
@@ -214,22 +214,8 @@ class SentencePieceTokenizer {
     return t;
   }
 
-  /// The ids of `text` (at most max_len); a text without pieces gives {<unk>}.
-  std::vector<std::int64_t> encode(std::string_view text) const {
-    std::vector<std::int64_t> out;
-    encode_into(text, [&](std::int64_t id) { out.push_back(id); });
-    return out;
-  }
-  template <class Range>
-  TokenIds encode_all(const Range& texts) const {
-    TokenIds out;
-    for (const auto& t : texts) {
-      encode_into(std::string_view(t), [&](std::int64_t id) { out.push(id); });
-      out.end_text();
-    }
-    return out;
-  }
-  torch::Tensor transform(std::string_view text) const { return torch::tensor(encode(text), torch::kInt64); }
+  // encode(text): the ids of `text` (at most max_len; a text without pieces gives {<unk>});
+  // encode_all(texts); transform(text): from detail::encodings.
 
   /// Ids in all (the pieces, <pad> and <unk> among them).
   std::int64_t size() const { return processor().pieces(); }
@@ -256,6 +242,7 @@ class SentencePieceTokenizer {
   }
 
  private:
+  friend class detail::encodings<SentencePieceTokenizer>;
   const detail::SentencePieceProcessor& processor() const {
     if (!processor_) throw DataError("SentencePieceTokenizer: used before fit (or load)");
     return *processor_;

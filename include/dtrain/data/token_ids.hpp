@@ -148,6 +148,35 @@ class TokenTable {
   std::vector<std::size_t> ends_;  // string i ends at ends_[i]
 };
 
+/// What every tokenizer offers on top of its own `encode_into(text, out)`, which calls `out(id)`
+/// for each of `text`'s ids: `encode`, `encode_all` and `transform`, written once. A tokenizer
+/// derives from it (`class T : public detail::encodings<T>`) and befriends it.
+template <class Tokenizer>
+class encodings {
+ public:
+  /// The ids of `text`.
+  std::vector<std::int64_t> encode(std::string_view text) const {
+    std::vector<std::int64_t> ids;
+    self().encode_into(text, [&](std::int64_t id) { ids.push_back(id); });
+    return ids;
+  }
+  /// encode() of each of `texts`, into one buffer.
+  template <class Range>
+  TokenIds encode_all(const Range& texts) const {
+    TokenIds out;
+    for (const auto& t : texts) {
+      self().encode_into(std::string_view(t), [&](std::int64_t id) { out.push(id); });
+      out.end_text();
+    }
+    return out;
+  }
+  /// encode(text) as a 1-D int64 tensor.
+  torch::Tensor transform(std::string_view text) const { return torch::tensor(encode(text), torch::kInt64); }
+
+ private:
+  const Tokenizer& self() const { return static_cast<const Tokenizer&>(*this); }
+};
+
 }  // namespace detail
 
 }  // namespace data
