@@ -34,6 +34,7 @@
 #include <dtrain/launch/group.hpp>
 #include <dtrain/run_directory.hpp>
 
+#include "checkpoint_support.hpp"
 #include "support.hpp"
 
 namespace d = dtrain;
@@ -465,22 +466,6 @@ struct TextNetImpl : torch::nn::Module {
 };
 TORCH_MODULE(TextNet);
 
-fs::path save_with_preprocessors(const fs::path& run_dir, TextNet& model, const d::data::WordVocabulary& vocab,
-                                 const d::data::LabelEncoder& labels, const d::data::StandardScaler& scaler) {
-  namespace cd = d::checkpointer::detail;
-  torch::optim::SGD sgd(model->parameters(), 0.1);
-  d::checkpointer::Snapshot s;
-  s.has_model = true;
-  s.model = cd::named_state(*model, true);
-  s.optimizer = cd::optimizer_bytes(sgd);
-  s.generator = cd::default_generator_state();
-  s.with_object("vocab", vocab).with_object("labels", labels).with_object("scaler", scaler);
-  const d::launch::Group group({}, c10::make_intrusive<c10d::HashStore>(), std::chrono::seconds(10));
-  d::checkpointer::directory<false>::state checkpoints(group, {.storage_path = run_dir.parent_path(), .name = run_dir.filename().string()});
-  checkpoints.save(std::move(s), 1, {{"score", 1.0}});
-  checkpoints.wait();
-  return d::RunDirectory(run_dir).checkpoint(1);
-}
 }  // namespace
 
 TEST_CASE("Preprocessors round-trip through a checkpoint and the Predictor takes raw strings", "[data][preprocess][predictor]") {
@@ -492,7 +477,9 @@ TEST_CASE("Preprocessors round-trip through a checkpoint and the Predictor takes
   const auto scaler = d::data::StandardScaler::fit(torch::tensor({{1.0}, {2.0}, {4.0}}));
   torch::manual_seed(5);
   TextNet model(vocab.size(), labels.size());
-  const auto path = save_with_preprocessors(dir / "run", model, vocab, labels, scaler);
+  const auto path = dtrain_test::save_checkpoint(dir / "run", *model, [&](auto& s) {
+    s.with_object("vocab", vocab).with_object("labels", labels).with_object("scaler", scaler);
+  });
 
   auto ck = d::checkpointer::Checkpoint::open(path);
   REQUIRE(ck);

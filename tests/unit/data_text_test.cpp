@@ -34,6 +34,7 @@ static_assert(sizeof(sentencepiece::SentencePieceProcessor) <=
               "SentencePieceLibrary::kProcessorBytes is smaller than this SentencePiece's processor object");
 #endif
 
+#include "checkpoint_support.hpp"
 #include "support.hpp"
 
 namespace d = dtrain;
@@ -170,22 +171,6 @@ std::vector<std::string> sentences(int n) {
   return out;
 }
 
-fs::path checkpoint_with(const fs::path& run_dir, const d::data::SentencePieceTokenizer& tok) {
-  namespace cd = d::checkpointer::detail;
-  torch::nn::Linear model(2, 2);
-  torch::optim::SGD sgd(model->parameters(), 0.1);
-  d::checkpointer::Snapshot s;
-  s.has_model = true;
-  s.model = cd::named_state(*model, true);
-  s.optimizer = cd::optimizer_bytes(sgd);
-  s.generator = cd::default_generator_state();
-  s.with_object("tokenizer", tok);
-  const d::launch::Group group({}, c10::make_intrusive<c10d::HashStore>(), std::chrono::seconds(10));
-  d::checkpointer::directory<false>::state checkpoints(group, {.storage_path = run_dir.parent_path(), .name = run_dir.filename().string()});
-  checkpoints.save(std::move(s), 1, {{"score", 1.0}});
-  checkpoints.wait();
-  return d::RunDirectory(run_dir).checkpoint(1);
-}
 }  // namespace
 
 TEST_CASE("SentencePieceTokenizer fits beside LibTorch and encodes as spm_encode does", "[data][preprocess][sentencepiece]") {
@@ -229,7 +214,8 @@ TEST_CASE("SentencePieceTokenizer fits beside LibTorch and encodes as spm_encode
   CHECK(std::vector<std::int64_t>(all[0].begin(), all[0].end()) == ids);
 
   // Through a checkpoint: the same model bytes and ids; another type's object is refused.
-  const auto path = checkpoint_with(dir / "run", tok);
+  torch::nn::Linear model(2, 2);
+  const auto path = dtrain_test::save_checkpoint(dir / "run", *model, [&](auto& s) { s.with_object("tokenizer", tok); });
   auto ck = d::checkpointer::Checkpoint::open(path);
   REQUIRE(ck);
   d::data::SentencePieceTokenizer back;

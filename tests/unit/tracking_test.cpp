@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "checkpoint_support.hpp"
 #include "support.hpp"
 
 #include <pwd.h>
@@ -277,22 +278,6 @@ torch::nn::Sequential tiny(std::int64_t hidden = 8) {
   return torch::nn::Sequential(torch::nn::Linear(4, hidden), torch::nn::Tanh(), torch::nn::Linear(hidden, 3));
 }
 
-// A checkpoint of `model` written as checkpointer::directory<> writes it, as checkpoint_000001.
-std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, torch::nn::Sequential& model) {
-  namespace cd = d::checkpointer::detail;
-  torch::optim::SGD sgd(model->parameters(), 0.1);
-  d::checkpointer::Snapshot s;
-  s.has_model = true;
-  s.model = cd::named_state(*model, true);
-  s.optimizer = cd::optimizer_bytes(sgd);
-  s.generator = cd::default_generator_state();
-  // One worker's group over an in-memory store, writing as a run's rank 0 does.
-  const d::launch::Group group({}, c10::make_intrusive<c10d::HashStore>(), std::chrono::seconds(10));
-  d::checkpointer::directory<false>::state checkpoints(group, {.storage_path = run_dir.parent_path(), .name = run_dir.filename().string()});
-  checkpoints.save(std::move(s), 1, {{"score", 1.0}});
-  checkpoints.wait();
-  return d::RunDirectory(run_dir).checkpoint(1);
-}
 
 }  // namespace
 
@@ -300,7 +285,7 @@ TEST_CASE("Predictor: class names and probabilities of every class, from a check
   TempDir dir;
   torch::manual_seed(1);
   auto trained = tiny();
-  const auto path = save_checkpoint(dir / "run", trained);
+  const auto path = dtrain_test::save_checkpoint(dir / "run", *trained);
   const auto x = torch::randn({5, 4});
   const auto expected = torch::softmax(trained->forward(x), 1);
 
@@ -337,7 +322,7 @@ TEST_CASE("Predictor: a missing, damaged or mismatched checkpoint gets a clear e
   CHECK_THROWS_MATCHES(P::best(dir / "no_run", {}, tiny()), d::ConfigError, MessageContains({"no run directory at"}));
 
   auto model = tiny();
-  const auto path = save_checkpoint(dir / "run", model);
+  const auto path = dtrain_test::save_checkpoint(dir / "run", *model);
   // Damaged: a byte of the model file flipped.
   std::filesystem::copy(path, dir / "damaged", std::filesystem::copy_options::recursive);
   {
