@@ -12,6 +12,10 @@ thread per worker) runs, alternately and `repeats` times each:
   dtrain   the example with N workers;
   limit    (N > 1) the example with 1 worker at the per-worker batch (128 / N), times N: what N
            workers would reach if distribution cost nothing (issue 15's limit);
+  concurrent (N > 1) N independent examples with 1 worker at the per-worker batch, started
+           together, their throughputs summed: what this machine gives N jobs that share its
+           cores, caches and memory bandwidth but never communicate (the limit counts each worker
+           as if it ran alone);
   single   (N > 1) the example as one process with N intra-op threads at batch 128: what a user
            would run instead of N workers on this machine;
   floor    (with --floor) a program that only loads LibTorch and adds two tensors: the startup no
@@ -32,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 here = os.path.dirname(os.path.abspath(__file__))
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -135,6 +140,13 @@ def dtrain_run(example, model, workers, batch, threads=1, memory=False):
                threads, memory)
 
 
+def concurrent_run(example, model, workers, batch):
+    """`workers` single-worker runs at `batch`, started together; their summed throughput."""
+    with ThreadPoolExecutor(workers) as pool:
+        results = list(pool.map(lambda _: dtrain_run(example, model, 1, batch), range(workers)))
+    return {"train_samples_per_s": sum(r["train_samples_per_s"] for r in results)}
+
+
 def median(runs, key):
     return statistics.median(r[key] for r in runs)
 
@@ -142,7 +154,7 @@ def median(runs, key):
 throughput = {}
 for model in args.models.split(","):
     for workers in [int(w) for w in args.workers.split(",")]:
-        runs = {k: [] for k in ("peer", "dtrain", "limit", "single", "floor", "baseline")}
+        runs = {k: [] for k in ("peer", "dtrain", "limit", "concurrent", "single", "floor", "baseline")}
         for _ in range(args.repeats):
             runs["peer"].append(run(["/usr/bin/python3", args.peer, "--model", model, "--workers", str(workers),
                                      "--global-batch", str(GLOBAL_BATCH), "--max-steps", str(args.steps),
@@ -150,6 +162,7 @@ for model in args.models.split(","):
             runs["dtrain"].append(dtrain_run(args.example, model, workers, GLOBAL_BATCH, memory=True))
             if workers > 1:
                 runs["limit"].append(dtrain_run(args.example, model, 1, GLOBAL_BATCH // workers))
+                runs["concurrent"].append(concurrent_run(args.example, model, workers, GLOBAL_BATCH // workers))
                 runs["single"].append(dtrain_run(args.example, model, 1, GLOBAL_BATCH, threads=workers))
             if args.floor:
                 runs["floor"].append(run([args.floor]))
@@ -160,9 +173,10 @@ for model in args.models.split(","):
         line = "%-4s %d worker(s): samples/s dtrain %8.0f | peer %8.0f (x%.2f)" % (model, workers, ours, peer, ours / peer)
         if runs["limit"]:
             limit = workers * median(runs["limit"], "train_samples_per_s")
+            concurrent = median(runs["concurrent"], "train_samples_per_s")
             single = median(runs["single"], "train_samples_per_s")
-            line += " | limit %8.0f (%.3f of it) | single process %8.0f (x%.2f)" % (limit, ours / limit, single,
-                                                                                     ours / single)
+            line += " | limit %8.0f (%.3f of it) | concurrent %8.0f (%.3f of it) | single process %8.0f (x%.2f)" % (
+                limit, ours / limit, concurrent, ours / concurrent, single, ours / single)
         line += " | startup_s dtrain %.2f peer %.2f" % (median(runs["dtrain"], "startup_s"),
                                                         median(runs["peer"], "startup_s"))
         if runs["floor"]:

@@ -11,7 +11,6 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
-#include <regex>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -32,6 +31,7 @@
 #include <dtrain/launch/fresh_start.hpp>
 #include <dtrain/launch/process.hpp>
 #include <dtrain/launch/rendezvous.hpp>
+#include <dtrain/launch/restarts.hpp>
 #include <dtrain/launch/stop.hpp>
 #include <dtrain/memory.hpp>
 #include <dtrain/policy/resolve.hpp>
@@ -253,20 +253,18 @@ class Trainer {
     record.group_started(0, n, latest_step(), "start");
 
     // Each failure of a group, described; a new group (attempt + 1, fresh store keys) resumes from
-    // the latest valid checkpoint while there were at most max_failures of them.
-    std::vector<std::string> failures;
-    int repeats = 0;  // consecutive failures with the same cause from the same checkpoint step
-    auto backoff = run_.failure.restart_backoff;
+    // the latest valid checkpoint while FailureConfig's rules allow (launch/restarts.hpp).
+    launch::Restarts restarts(run_.failure);
     for (int attempt = 0;; ++attempt) {
       std::optional<std::string> failure;
       try {
         failure = run_group(loop, *store, n, attempt, fork_workers, variables);
       } catch (const std::exception& e) {  // the group could not be started or watched
-        auto result = record.end("failed", static_cast<int>(failures.size()), e.what());
+        auto result = record.end("failed", restarts.count(), e.what());
         if (run_.failure.throw_on_failure) throw;
         return result;
       }
-      if (launch::stop_signals_received() > 0) return stop_run(record, static_cast<int>(failures.size()));
+      if (launch::stop_signals_received() > 0) return stop_run(record, restarts.count());
       if (!failure) {
         if (!store->check({launch::key(attempt, launch::regroup_key)})) break;
         const auto why = sizes.after_regroup();
@@ -283,65 +281,31 @@ class Trainer {
         record.group_started(attempt + 1, n, latest_step(), "restart");
         continue;
       }
-      failures.push_back(std::move(*failure));
-      nlohmann::json failed = {{"time", unix_now()}, {"attempt", attempt}, {"cause", failures.back()},
-                               {"resumed_iteration", 0}, {"resumed_step", 0}};
+      std::optional<std::pair<std::int64_t, std::int64_t>> resumed;
       if constexpr (persists)
-        if (auto ck = checkpointer::latest_valid(run_.path(), /*warn=*/false)) {
-          failed["resumed_iteration"] = ck->iteration();
-          failed["resumed_step"] = ck->steps();
-        }
-      // The same cause from the same checkpoint step as the failure before: no progress was made.
-      nlohmann::json& past = record.outcome()["failures"];
-      const bool same = !past.empty() && failure_signature(past.back()["cause"].get<std::string>()) ==
-                                              failure_signature(failed["cause"].get<std::string>()) &&
-                        past.back()["resumed_step"] == failed["resumed_step"];
-      repeats = same ? repeats + 1 : 1;
-      past.push_back(std::move(failed));
-      const int allowed = run_.failure.max_failures;
-      const int repeat_limit = run_.failure.max_repeated_failures;
-      const bool repeating = repeat_limit > 0 && repeats >= repeat_limit && allowed != 0;
+        if (auto ck = checkpointer::latest_valid(run_.path(), /*warn=*/false)) resumed.emplace(ck->iteration(), ck->steps());
       const bool config_error = store->check({launch::key(attempt, "config_error")});
-      if (config_error || repeating || (allowed >= 0 && static_cast<int>(failures.size()) > allowed)) {
-        std::string msg = failures.size() == 1 ? failures.front() : "training failed " + std::to_string(failures.size()) + " times";
-        if (failures.size() > 1)
-          for (std::size_t i = 0; i < failures.size(); ++i) msg += "; attempt " + std::to_string(i) + ": " + failures[i];
-        if (config_error)
-          msg += " (not restarted: a configuration error fails again on every restart; fix it and run again)";
-        else if (repeating)
-          msg += " (stopped: the same failure from the same checkpoint step " + std::to_string(repeats) +
-                 " times in a row, so a restart would fail again; fix its cause and run again to resume. "
-                 "FailureConfig::max_repeated_failures = " + std::to_string(repeat_limit) + ")";
-        else if (allowed > 0 || failures.size() > 1)
-          msg += " (FailureConfig::max_failures = " + std::to_string(allowed) + ")";
-        record.outcome()["failures"].back()["resumed_iteration"] = nullptr;  // no group resumed
-        record.outcome()["failures"].back()["resumed_step"] = nullptr;
+      if (auto fatal = restarts.failed(record.outcome()["failures"], std::move(*failure), attempt, resumed, config_error)) {
         try {
-          auto result = record.end("failed", static_cast<int>(failures.size()) - 1, msg, failed_rank_);
+          auto result = record.end("failed", restarts.count() - 1, *fatal, failed_rank_);
           if (!run_.failure.throw_on_failure) return result;
         } catch (const std::exception& e) {  // the training error matters more
           std::fprintf(stderr, "dtrain: warning: the tracker could not record the failure: %s\n", e.what());
         }
-        throw WorkerError(msg);
+        throw WorkerError(*fatal);
       }
       // The same rank again with no newer checkpoint: that worker is lost, the next group is smaller.
-      const auto step = record.outcome()["failures"].back()["resumed_step"].template get<std::int64_t>();
+      const std::int64_t step = resumed ? resumed->second : 0;
       const auto why = sizes.after_failure(failed_rank_, step);
       if (why == "shrink")
         std::fprintf(stderr, "dtrain: rank %d ended the group again with no newer checkpoint: continuing with %d "
                      "workers (ScalingConfig::min_workers = %d)\n", failed_rank_, sizes.size(), scaling_.minimum_workers());
       n = sizes.size();
       record.group_started(attempt + 1, n, step, why);
-      // Back off before restarting: doubling while the failures make no progress, reset when they do.
-      if (!same) backoff = run_.failure.restart_backoff;
-      std::fprintf(stderr, "dtrain: %s; restarting the worker group in %.1f s (restart %zu of %s)\n",
-                   failures.back().c_str(), backoff.count() / 1000.0, failures.size(),
-                   allowed < 0 ? "unlimited" : std::to_string(allowed).c_str());
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, run_.failure.restart_backoff_max);
+      restarts.back_off();
     }
 
-    return record.end("finished", static_cast<int>(failures.size()), "");
+    return record.end("finished", restarts.count(), "");
   }
 
   // A run stopped by SIGINT or SIGTERM: recorded as "stopped" (MLflow's KILLED); a re-run of the
@@ -417,7 +381,7 @@ class Trainer {
       group.kill_all();
       group.reap_all();
       failed_rank_ = ended->rank;
-      return describe_failure(store, *ended, n, attempt);
+      return launch::describe_failure(store, *ended, n, attempt);
     }
     return std::nullopt;
   }
@@ -427,34 +391,6 @@ class Trainer {
     if constexpr (persists)
       if (auto ck = checkpointer::latest_valid(run_.path(), /*warn=*/false)) return ck->steps();
     return 0;
-  }
-
-  // What makes two failures "the same": the first error's text, whichever rank raised it first
-  // (a group's ranks often fail alike, in a different order each time).
-  static std::string failure_signature(const std::string& cause) {
-    const auto first = cause.find("; first error: ");
-    std::string text = first == std::string::npos ? cause : cause.substr(first);
-    text = text.substr(0, text.find("; then "));
-    return std::regex_replace(text, std::regex("rank [0-9]+"), "rank");
-  }
-
-  // The rank whose error was recorded first is the cause; the others usually lost their peer.
-  static std::string describe_failure(c10d::Store& store, const launch::ExitStatus& ended, int n, int attempt) {
-    std::vector<std::pair<double, std::string>> errors;
-    for (int r = 0; r < n; ++r) {
-      const auto k = launch::key(attempt, "error/" + std::to_string(r));
-      if (!store.check({k})) continue;
-      const auto text = launch::to_string(store.get(k));
-      const auto space = text.find(' ');
-      errors.emplace_back(std::stod(text.substr(0, space)), "rank " + std::to_string(r) + ": " + text.substr(space + 1));
-    }
-    std::sort(errors.begin(), errors.end());
-    std::string msg = "training failed: rank " + std::to_string(ended.rank) + " " + ended.describe();
-    if (!errors.empty()) {
-      msg += "; first error: " + errors.front().second;
-      for (std::size_t i = 1; i < errors.size(); ++i) msg += "; then " + errors[i].second;
-    }
-    return msg;
   }
 
   ScalingConfig scaling_;

@@ -29,6 +29,7 @@
 #include <dtrain/launch/elastic.hpp>
 #include <dtrain/launch/environment.hpp>
 #include <dtrain/launch/process.hpp>
+#include <dtrain/launch/restarts.hpp>
 #include <dtrain/memory.hpp>
 #include <dtrain/metrics.hpp>
 #include <dtrain/result.hpp>
@@ -472,6 +473,44 @@ TEST_CASE("ElasticSize: the same rank failing twice with no newer checkpoint shr
   CHECK(fixed.after_failure(1, 0) == "restart");
   CHECK(fixed.after_failure(1, 0) == "restart");
   CHECK(fixed.size() == 2);
+}
+
+TEST_CASE("Restarts: max_failures and max_repeated_failures decide which failed group ends the run", "[restarts]") {
+  using resumed = std::optional<std::pair<std::int64_t, std::int64_t>>;
+  const auto cause = [](int rank) {
+    return "training failed: rank " + std::to_string(rank) + " exited with status 1; first error: rank " +
+           std::to_string(rank) + ": boom";
+  };
+  nlohmann::json past = nlohmann::json::array();
+  dtrain::launch::Restarts two({.max_failures = 2, .max_repeated_failures = 3});
+  CHECK_FALSE(two.failed(past, cause(1), 0, resumed({1, 10}), false));
+  CHECK_FALSE(two.failed(past, cause(0), 1, resumed({1, 10}), false));  // another rank, the same failure
+  const auto third = two.failed(past, "training failed: rank 1 was killed by signal 9", 2, resumed({2, 20}), false);
+  REQUIRE(third);
+  CHECK_THAT(*third, Catch::Contains("training failed 3 times") && Catch::Contains("attempt 0: ") &&
+                         Catch::Contains("attempt 2: ") && Catch::Contains("max_failures = 2"));
+  REQUIRE(past.size() == 3);
+  CHECK(past[0]["resumed_step"] == 10);
+  CHECK(past[0]["attempt"] == 0);
+  CHECK(past[2]["resumed_step"].is_null());  // no group resumed after the last one
+
+  past = nlohmann::json::array();
+  dtrain::launch::Restarts unlimited({.max_failures = -1, .max_repeated_failures = 3});
+  CHECK_FALSE(unlimited.failed(past, cause(0), 0, resumed({1, 10}), false));
+  CHECK_FALSE(unlimited.failed(past, cause(1), 1, resumed({1, 10}), false));
+  CHECK_FALSE(unlimited.failed(past, cause(0), 2, resumed({2, 20}), false));  // progress: counts afresh
+  CHECK_FALSE(unlimited.failed(past, cause(0), 3, resumed({2, 20}), false));
+  const auto stuck = unlimited.failed(past, cause(1), 4, resumed({2, 20}), false);
+  REQUIRE(stuck);
+  CHECK_THAT(*stuck, Catch::Contains("the same failure from the same checkpoint step 3 times") &&
+                         Catch::Contains("max_repeated_failures = 3"));
+
+  past = nlohmann::json::array();
+  dtrain::launch::Restarts config({.max_failures = 5});
+  const auto bad = config.failed(past, cause(0), 0, std::nullopt, /*config_error=*/true);
+  REQUIRE(bad);
+  CHECK_THAT(*bad, Catch::Contains("boom") && Catch::Contains("not restarted: a configuration error"));
+  CHECK(config.count() == 1);
 }
 
 TEST_CASE("RunConfig::validate wants a single non-empty directory name", "[config][error]") {
