@@ -144,6 +144,13 @@ class shm_channel {
     return submit(call, [] {});
   }
 
+  /// A collective of several steps (backend::gloo's hierarchical allreduce): `body` runs in the
+  /// queue's order, as one collective with `call`, and may run the steps below, which run at once
+  /// on the calling thread (only from a body).
+  pending compose(const CollectiveCall& call, std::function<void()> body) { return submit(call, std::move(body)); }
+  void allreduce_step(torch::Tensor& t, bool mean) { allreduce_now(t, mean); }
+  void broadcast_step(torch::Tensor& t, int root) { broadcast_now(t, root); }
+
   /// Called about once a second while a collective waits for a peer; it may throw to give up early
   /// (the worker context checks whether a peer failed or left the loop).
   void on_stall(std::function<void()> check) { stall_check_ = std::move(check); }
