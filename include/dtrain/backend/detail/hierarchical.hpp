@@ -118,6 +118,7 @@ class hierarchical_allreduce {
     try {
       local_ = std::make_unique<shm_channel>(*store, "hier/shm/" + std::to_string(here), layout_.local_rank,
                                              static_cast<int>(layout_.hosts[here].size()), timeout);
+      local_->name_ranks(layout_.hosts[here]);
     } catch (const WorkerError& e) {
       throw WorkerError(std::string(e.what()) + " [the hierarchical allreduce took ranks with the same host name "
                         "and boot id for one host: set DTRAIN_HOST_ID to tell hosts apart, or "
