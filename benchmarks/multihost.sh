@@ -15,6 +15,7 @@
 #   epoch's checkpoint is written, every process of host 1 is killed (SIGKILL); host 0's agent
 #   restarts its 2 workers alone from that checkpoint. recovery_s: from the kill to the restarted
 #   group's first step (its first report; the example reports every step here).
+# HIER_AB=1: only dtrain_2x2, with DTRAIN_HIERARCHICAL=1 and =0 alternately, REPEATS times each.
 set -euo pipefail
 bin=$(realpath "$1") work=$2 steps=${3:-300}
 self=$(realpath "$0")
@@ -36,6 +37,16 @@ if [[ ${DTRAIN_IN_HOSTS:-} == 1 ]]; then
     wait "${pids[@]}"
   }
   port=29600
+  if [[ ${HIER_AB:-} == 1 ]]; then  # dtrain_2x2 with the hierarchical allreduce (on) and without (off), alternately
+    for r in $(seq "$repeats"); do
+      for mode in 1 0; do
+        DTRAIN_HIERARCHICAL=$mode both $((port++)) "$bin" "${args[@]}" --workers 4 --storage-path "$work/ab$r$mode" --name two_hosts
+        python3 -c 'import json,sys; rows=[json.loads(l) for l in open(sys.argv[1])]; print("MEASURE dtrain_2x2_hierarchical_" + sys.argv[2], round(rows[-1]["train_samples_per_s"], 1))' \
+          "$work/ab$r$mode/two_hosts/metrics.jsonl" "$([[ $mode == 1 ]] && echo on || echo off)"
+      done
+    done
+    exit 0
+  fi
   [[ ${RECOVERY_ONLY:-} == 1 ]] && repeats=0
   for r in $(seq "$repeats"); do
     DTRAIN_SHARED_MEMORY=1 on 0 -- "$bin" "${args[@]}" --workers 4 --storage-path "$work/r$r" --name one_host \

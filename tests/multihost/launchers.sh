@@ -3,7 +3,9 @@
 # 2 hosts x 2 workers under a real launcher, on network namespaces made for the test
 # (scripts/netns-hosts): the Fashion-MNIST example must reach the parameters of 4 workers on one
 # host (dtrain's own driver) within 1e-5, and rank 0 must write the run directory as the driver does
-# (the same files: params, history, checkpoints, outcome, report.html, the MLflow store).
+# (the same files: params, history, checkpoints, outcome, report.html, the MLflow store), and its
+# allreduces must have been hierarchical (shared memory inside a host, Gloo between the hosts'
+# leaders; rank 0 says so on stderr) unless DTRAIN_HIERARCHICAL=0.
 #
 #   launchers.sh torchrun|torchrun_static|mpirun|slurm FASHION_MNIST_BINARY WORK_DIR
 #
@@ -55,7 +57,7 @@ if [[ ${DTRAIN_IN_HOSTS:-} == 1 ]]; then
       exec "$root/scripts/netns-hosts" on 0 -- mpirun --allow-run-as-root -np 4 --hostfile "$work/hostfile" \
         --mca plm_rsh_agent "$root/tests/multihost/netns-rsh" --mca btl self,tcp \
         --mca btl_tcp_if_include 192.0.2.0/24 --mca oob_tcp_if_include 192.0.2.0/24 \
-        -x MASTER_ADDR=dtrain-host0 -x MASTER_PORT=29511 \
+        -x MASTER_ADDR=dtrain-host0 -x MASTER_PORT=29511 ${DTRAIN_HIERARCHICAL:+-x DTRAIN_HIERARCHICAL} \
         "$bin" "${args[@]}" --workers 4 --storage-path "$work/launched" --name ref >"$work/mpirun.log" 2>&1
       ;;
     slurm)
@@ -86,9 +88,13 @@ fi
 rm -rf "$work"
 mkdir -p "$work"
 cd "$work"
-# The reference: 4 workers on one host, dtrain's own driver, its collectives on Gloo as across
-# hosts (shared memory sums in another order, which Adam turns into differences far above 1e-5).
-DTRAIN_SHARED_MEMORY=0 "$bin" "${args[@]}" --workers 4 --storage-path "$work/one_host" --name ref >"$work/one_host.log" 2>&1 ||
+# The reference: 4 workers on one host, dtrain's own driver. The hierarchical allreduce adds up in
+# rank order as the one-host shared-memory channel does; with DTRAIN_HIERARCHICAL=0 every collective
+# across hosts is Gloo's, and so are the reference's (the two orders differ in the last bits, which
+# Adam turns into differences far above 1e-5).
+reference_shm=1
+[[ ${DTRAIN_HIERARCHICAL:-1} == 0 ]] && reference_shm=0
+DTRAIN_SHARED_MEMORY=$reference_shm "$bin" "${args[@]}" --workers 4 --storage-path "$work/one_host" --name ref >"$work/one_host.log" 2>&1 ||
   { cat "$work/one_host.log"; echo "launchers.sh: the one-host reference run failed" >&2; exit 1; }
 
 set +e
@@ -101,6 +107,18 @@ if [[ $status != 0 ]]; then
   echo "launchers.sh: the $launcher run across 2 hosts failed (status $status)" >&2
   exit 1
 fi
+
+# The allreduces across hosts took the hierarchical path (rank 0's line on stderr), or not when off.
+used=$(cat "$work"/host*.log "$work"/mpirun.log "$work"/srun.log 2>/dev/null |
+  grep -c "dtrain: hierarchical allreduce over 2 hosts (ranks 0-1, 2-3)" || true)
+if [[ $reference_shm == 1 && $used != 1 ]]; then
+  echo "launchers.sh: rank 0 did not report the hierarchical allreduce over 2 hosts ($used lines)" >&2
+  exit 1
+elif [[ $reference_shm == 0 && $used != 0 ]]; then
+  echo "launchers.sh: DTRAIN_HIERARCHICAL=0, yet the allreduce was hierarchical" >&2
+  exit 1
+fi
+echo "hierarchical allreduce: $([[ $used == 1 ]] && echo used || echo off)"
 
 # Both runs' final checkpoints, compared tensor by tensor (Python reads model.pt with weights_only).
 /usr/bin/python3 - "$work/one_host/ref" "$work/launched/ref" <<'EOF'

@@ -12,7 +12,11 @@
 //   scenarios fsdp_bad_optimizer                 fsdp<> with an optimizer over model->parameters()
 //   scenarios collectives --workers N            the communicator's flat allgather and reduce_scatter
 //   scenarios mismatch --variant V               ranks issue different collectives (V: allgather_vs_sum,
-//       count: 3 values against 1, gloo_path: a list allgather against a max allreduce); must fail
+//       count: 3 values against 1, gloo_path: a list allgather against a max allreduce, by_host: the
+//       first half of the ranks an allgather, the others ctx.all_reduce(42.0 sum), last_rank: as
+//       allgather_vs_sum with the last rank's allgather); must fail
+//   scenarios hierarchical                       under a launcher's variables with DTRAIN_HOST_ID faking
+//       hosts: the hierarchical allreduce's results, bitwise, and the other collectives beside it
 
 #include <dtrain/dtrain.hpp>
 
@@ -196,8 +200,8 @@ int run_mismatch(const Args& a) {
     const int r = ctx.world_rank();
     ctx.all_reduce(1.0, dtrain::reduce::sum);  // a matching one first: the check must not misfire
     double got = 0;
-    if (a.variant == "allgather_vs_sum") {
-      if (r == 0) {
+    if (a.variant == "allgather_vs_sum" || a.variant == "last_rank") {
+      if (r == (a.variant == "last_rank" ? ctx.world_size() - 1 : 0)) {
         auto out = torch::zeros({ctx.world_size()}, torch::kFloat64);
         comm.allgather(out, torch::full({1}, 7.0, torch::kFloat64)).wait();
         got = out[0].item<double>();
@@ -216,8 +220,15 @@ int run_mismatch(const Args& a) {
       } else {
         got = ctx.all_reduce(42.0, dtrain::reduce::max);
       }
+    } else if (a.variant == "by_host") {
+      if (r < ctx.world_size() / 2) {
+        auto out = torch::zeros({ctx.world_size()}, torch::kFloat64);
+        comm.allgather(out, torch::full({1}, 7.0, torch::kFloat64)).wait();
+      } else {
+        got = ctx.all_reduce(42.0, dtrain::reduce::sum);
+      }
     } else {
-      throw std::invalid_argument("--variant must be allgather_vs_sum, count or gloo_path");
+      throw std::invalid_argument("--variant must be allgather_vs_sum, last_rank, count, gloo_path or by_host");
     }
     ctx.report({{"got", got}});
   });
@@ -263,6 +274,58 @@ int run_collectives(const Args& a) {
     ctx.report({{"collectives_ok", ctx.all_reduce(1.0, dtrain::reduce::min)}});
   });
   std::cout << "RESULT collectives_ok=" << result.metrics.at("collectives_ok").text() << std::endl;
+  return 0;
+}
+
+// backend::gloo's hierarchical allreduce, run as launched ranks whose DTRAIN_HOST_ID splits them into
+// hosts: float sums and means (one of 1.5M values: two rounds of the shared-memory slots) must equal,
+// bit for bit, the sum of every rank's tensor in rank order (the one-host channel's order), and a
+// max, a broadcast and an allgather (the flat Gloo group, checked through the hierarchy) their
+// exact values. Rank 0 prints how many allreduces went through the hierarchy. With
+// DTRAIN_HIERARCHICAL=0 (the flat Gloo group, its ring's order) the sums need only be within 1e-5.
+int run_hierarchical(const Args& a) {
+  Trainer trainer({.num_workers = a.workers}, {.storage_path = a.storage, .name = a.scenario});
+  trainer.fit([&](Trainer::context& ctx) {
+    auto& comm = ctx.communicator();
+    const int n = ctx.world_size(), r = ctx.world_rank();
+    auto of_rank = [](int q, std::int64_t size, torch::Dtype dtype) {
+      return torch::randn({size}, torch::TensorOptions().dtype(dtype)
+                                      .device(torch::kCPU)).mul_(q + 1).add_(torch::full({size}, 1.0 / (q + 3), dtype));
+    };
+    const char* off = std::getenv("DTRAIN_HIERARCHICAL");
+    const bool in_rank_order = off == nullptr || std::string(off) != "0";
+    bool ok = true;
+    for (const std::int64_t size : {std::int64_t{1}, std::int64_t{1000003}, std::int64_t{1500000}}) {
+      for (auto dtype : {torch::kFloat, torch::kDouble}) {
+        for (auto op : {dtrain::reduce::sum, dtrain::reduce::mean}) {
+          torch::manual_seed(11);
+          std::vector<torch::Tensor> xs;
+          for (int q = 0; q < n; ++q) xs.push_back(of_rank(q, size, dtype));
+          auto want = xs[0].clone();
+          for (int q = 1; q < n; ++q) want.add_(xs[q]);
+          if (op == dtrain::reduce::mean) want.mul_(dtype == torch::kFloat ? double(1.0f / float(n)) : 1.0 / n);
+          auto t = xs[r].clone();
+          comm.allreduce(t, op).wait();
+          ok = ok && (in_rank_order ? torch::equal(t, want) : torch::allclose(t, want, 1e-5, 1e-5));
+        }
+      }
+    }
+    auto m = torch::full({3}, double(r));
+    comm.allreduce(m, dtrain::reduce::max).wait();
+    ok = ok && m.eq(n - 1).all().item<bool>();
+    auto b = torch::full({4}, double(r));
+    comm.broadcast(b, n - 1).wait();
+    ok = ok && b.eq(n - 1).all().item<bool>();
+    auto g = torch::empty({2 * n}, torch::kInt64);
+    comm.allgather(g, torch::full({2}, r, torch::kInt64)).wait();
+    ok = ok && torch::equal(g, torch::arange(n, torch::kInt64).repeat_interleave(2));
+    ok = ok && ctx.all_reduce(1.0, dtrain::reduce::sum) == n;
+    if (!ok) throw std::runtime_error("rank " + std::to_string(r) + ": a hierarchical collective gave a wrong result");
+    const auto through = comm.hierarchical_allreduces();
+    const double fewest = ctx.all_reduce(static_cast<double>(through), dtrain::reduce::min);
+    if (r == 0) std::cout << "HIERARCHICAL ok allreduces=" << through << " fewest=" << fewest << std::endl;
+    ctx.report({{"hierarchical_allreduces", fewest}});
+  });
   return 0;
 }
 
@@ -419,6 +482,7 @@ int main(int argc, char** argv) try {
   const Args a = parse(argc, argv);
   if (a.scenario == "collectives") return run_collectives(a);
   if (a.scenario == "mismatch") return run_mismatch(a);
+  if (a.scenario == "hierarchical") return run_hierarchical(a);
   if (a.scenario.rfind("fsdp_", 0) == 0) {
     if (a.scenario == "fsdp_bad_optimizer" || a.strategy == "fsdp") return run_sharded<FsdpTrainer>(a);
     if (a.strategy == "fsdp_grad_op") return run_sharded<FsdpGradOpTrainer>(a);

@@ -662,6 +662,85 @@ TEST_CASE("ranks that issue different collectives fail at once naming both calls
   CHECK(processes_with(tag) == 0);
 }
 
+// ---- the hierarchical allreduce (ranks on several hosts) ----
+
+namespace {
+// Four ranks of `args` under an external launcher's variables, two "hosts" of two ranks told apart by
+// DTRAIN_HOST_ID (its documented use: ranks with the same value share a host's shared memory), so the
+// communicator builds its hierarchy on loopback. `env` adds variables (NAME=VALUE ...). Prints every
+// rank's output, then "status A B C D".
+std::string launched_two_hosts(const std::string& args, const std::string& tag, const std::string& env = "") {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  close(fd);
+  const fs::path dir = fs::temp_directory_path() / ("dtrain_multirank_" + tag);
+  fs::create_directories(dir);
+  std::string cmd = "cd '" + dir.string() + "' && (";
+  for (int r = 0; r < 4; ++r)
+    cmd += "env RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r % 2) + " LOCAL_WORLD_SIZE=2 GROUP_RANK=" +
+           std::to_string(r / 2) + " WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " DTRAIN_HOST_ID=host" +
+           std::to_string(r / 2) + " " + env + " '" + SCENARIOS_BIN + "' " + args + " --tag " + tag + " & p" + std::to_string(r) +
+           "=$!; ";
+  cmd += "s=; for p in $p0 $p1 $p2 $p3; do wait $p; s=\"$s $?\"; done; echo status$s) 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  pclose(p);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("the hierarchical allreduce over two hosts sums in rank order and checks every call", "[multirank][collectives][hierarchical]") {
+  const auto tag = unique_tag();
+  SECTION("results bitwise equal to the rank-order sum; the other collectives exact beside it") {
+    const auto out = launched_two_hosts("hierarchical", tag);
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("dtrain: hierarchical allreduce over 2 hosts (ranks 0-1, 2-3)"));
+    CHECK_THAT(out, Catch::Contains("HIERARCHICAL ok allreduces=13 fewest=13"));  // 12 checked + the ctx.all_reduce
+    CHECK_THAT(out, Catch::Contains("status 0 0 0 0"));
+  }
+  const std::string allgather = "allgather of 1 Double value (collective #2)",
+                    sum = "allreduce(sum) of 1 Double value (collective #2)";
+  SECTION("a host's ranks in different collectives: found on the host") {
+    const auto out = launched_two_hosts("mismatch --variant allgather_vs_sum", tag);
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("status 1 1 1 1"));
+    CHECK_THAT(out, Catch::Contains("rank 0 called " + allgather + " while rank 1 called " + sum));
+    CHECK_THAT(out, Catch::Contains("rank 1 called " + sum + " while rank 0 called " + allgather));
+  }
+  SECTION("on the second host: its errors name the group's ranks, not the host's") {
+    const auto out = launched_two_hosts("mismatch --variant last_rank", tag);
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("status 1 1 1 1"));
+    CHECK_THAT(out, Catch::Contains("rank 3 called " + allgather + " while rank 2 called " + sum));
+    CHECK_THAT(out, Catch::Contains("rank 2 called " + sum + " while rank 3 called " + allgather));
+  }
+  SECTION("the hosts in different collectives: found by the leaders, and told to the host's other rank") {
+    const auto out = launched_two_hosts("mismatch --variant by_host", tag);
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("status 1 1 1 1"));
+    CHECK_THAT(out, Catch::Contains("rank 0 called " + allgather + " while rank 2 called " + sum));
+    CHECK_THAT(out, Catch::Contains("rank 1 called " + allgather + " while rank 2 called " + sum));
+    CHECK_THAT(out, Catch::Contains("rank 2 called " + sum + " while rank 0 called " + allgather));
+  }
+  SECTION("DTRAIN_HIERARCHICAL=0 keeps every collective on the flat Gloo group") {
+    const auto out = launched_two_hosts("hierarchical", tag, "DTRAIN_HIERARCHICAL=0");
+    INFO(out);
+    CHECK_THAT(out, !Catch::Contains("dtrain: hierarchical allreduce"));
+    CHECK_THAT(out, Catch::Contains("HIERARCHICAL ok allreduces=0 fewest=0"));
+    CHECK_THAT(out, Catch::Contains("status 0 0 0 0"));
+  }
+  CHECK(processes_with(tag) == 0);
+}
+
 // ---- hangs that name the rank ----
 
 TEST_CASE("a rank stopped by SIGSTOP is named with its host within the heartbeat timeout and the group restarts", "[multirank][failure][heartbeat]") {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <memory>
@@ -19,6 +20,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/types.h>
 
+#include <dtrain/backend/detail/hierarchical.hpp>
 #include <dtrain/collective.hpp>
 #include <dtrain/detail/shm_allreduce.hpp>
 #include <dtrain/error.hpp>
@@ -34,7 +36,13 @@ namespace backend {
 /// The transport binds to GLOO_SOCKET_IFNAME when set, to 127.0.0.1 when MASTER_ADDR is a loopback
 /// address (every rank on this machine), and otherwise to the address this host's name resolves to.
 /// DTRAIN_SHARED_MEMORY=0 keeps every collective on Gloo even when all ranks share one host (the
-/// sums then add up in Gloo's ring order, as across hosts: bitwise comparable with a multi-host run).
+/// sums then add up in Gloo's ring order).
+///
+/// When the ranks span several hosts and some host has more than one rank, float and double sum
+/// and mean allreduces are hierarchical (backend/detail/hierarchical.hpp): shared memory inside a
+/// host, Gloo between one leader per host, summed in rank order (bitwise the one-host channel's
+/// result). Ranks are grouped by host name and boot id, or by DTRAIN_HOST_ID when set;
+/// DTRAIN_HIERARCHICAL=0 (or DTRAIN_SHARED_MEMORY=0) keeps every collective on the flat Gloo group.
 /// `Threads` is the number of Gloo's own worker threads, which run collectives while the training
 /// thread goes on (two: one bucket's allreduce can overlap the next one's).
 template <int Threads = 2>
@@ -58,13 +66,17 @@ struct gloo_with_threads {
       group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank_, size_, options);
       if (size_ > 1 && who.local_world_size == size_ && launch::detail::env("DTRAIN_SHARED_MEMORY") != "0")
         shm_ = std::make_unique<detail::shm_channel>(*store, "shm", rank_, size_, timeout);
+      else if (size_ > 1 && launch::detail::env("DTRAIN_HIERARCHICAL") != "0" &&
+               launch::detail::env("DTRAIN_SHARED_MEMORY") != "0")
+        start_hierarchy(store, timeout);
     }
 
     /// `check` runs about once a second while a collective waits for a peer, and may throw to end
     /// the wait early (used by the worker context to notice a peer that failed or left the loop).
     void on_stall(std::function<void()> check) {
       stall_check_ = check;
-      if (shm_) shm_->on_stall(std::move(check));
+      if (shm_) shm_->on_stall(check);
+      if (hier_) hier_->on_stall(std::move(check));
     }
 
     communicator(const communicator&) = delete;
@@ -86,6 +98,8 @@ struct gloo_with_threads {
       const std::string what = "allreduce of " + std::to_string(t.numel()) + " values";
       if (shm_ && detail::shm_channel::supports(t) && (op == reduce::sum || op == reduce::mean))
         return shm_work(shm_->allreduce(call, t, op == reduce::mean), what);
+      if (hier_ && detail::shm_channel::supports(t) && (op == reduce::sum || op == reduce::mean))
+        return shm_work(hier_->allreduce(call, t, op == reduce::mean), what);
       return checked(call, [&] { return gloo_allreduce(t, op); }, what);
     }
 
@@ -165,6 +179,9 @@ struct gloo_with_threads {
 
     /// Collectives this communicator has issued (the last one's CollectiveCall::seq).
     std::uint64_t collectives() const { return seq_; }
+    /// Allreduces completed through the hierarchy (shared memory inside a host, Gloo between
+    /// hosts' leaders); 0 when the group does not use it.
+    std::uint64_t hierarchical_allreduces() const { return hier_ ? hier_->allreduces() : 0; }
 
    private:
     static Work shm_work(detail::shm_channel::pending p, std::string what) {
@@ -183,8 +200,8 @@ struct gloo_with_threads {
     // collective is waited for: no extra round trip on the training thread.
     template <class Issue>
     Work checked(const CollectiveCall& call, Issue&& issue, std::string what) {
-      if (shm_) {
-        shm_work(shm_->check(call), what).wait();
+      if (shm_ || hier_) {
+        shm_work(shm_ ? shm_->check(call) : hier_->check(call), what).wait();
         return {issue(), std::move(what)};
       }
       const auto words = call.encode();
@@ -199,33 +216,13 @@ struct gloo_with_threads {
       return Work(issue(), std::move(what))
           .verified_by({}, [call, all, rank, world, exchange, stall = stall_check_, abandoned = abandoned_] {
             try {
-              wait_watching(*exchange, stall, rank, call);
+              detail::wait_watching(*exchange, stall, rank, call);
               verify_same_call(rank, call, all.data_ptr<std::int64_t>(), world);
             } catch (...) {
               abandoned->store(true);
               throw;
             }
           });
-    }
-
-    // Waits for the exchange of the calls, running `stall` about once a second meanwhile (the
-    // context's check for failed, departed or silent peers), so a peer that stopped is named
-    // within the heartbeat timeout, not at the collective timeout.
-    static void wait_watching(c10d::Work& exchange, const std::function<void()>& stall, int rank,
-                              const CollectiveCall& call) {
-      for (;;) {
-        try {
-          if (exchange.wait(std::chrono::milliseconds(1000))) return;
-        } catch (const std::exception&) {
-          if (exchange.isCompleted()) throw;  // failed, not merely not done yet
-        }
-        if (!stall) continue;
-        try {
-          stall();
-        } catch (const std::exception& e) {
-          throw WorkerError(std::string(e.what()) + " [rank " + std::to_string(rank) + " was in " + call.describe() + "]");
-        }
-      }
     }
 
     c10::intrusive_ptr<c10d::Work> gloo_allreduce(torch::Tensor& t, reduce op) {
@@ -256,6 +253,17 @@ struct gloo_with_threads {
       }
     }
 
+    // Groups the ranks by host; with several hosts and more than one rank on some, allreduces go
+    // through the hierarchy. Rank 0 says so on stderr, once per group.
+    void start_hierarchy(const c10::intrusive_ptr<c10d::Store>& store, std::chrono::milliseconds timeout) {
+      auto layout = detail::host_layout::exchange(*store, rank_, size_, detail::host_identity());
+      if (!layout.hierarchical()) return;
+      hier_ = std::make_unique<detail::hierarchical_allreduce>(store, std::move(layout), rank_, size_, make_device(), timeout);
+      if (rank_ == 0)
+        std::fprintf(stderr, "dtrain: hierarchical allreduce over %s: shared memory inside a host, Gloo between "
+                     "the hosts' leaders (DTRAIN_HIERARCHICAL=0 turns it off)\n", hier_->layout().describe().c_str());
+    }
+
     static std::shared_ptr<::gloo::transport::Device> make_device() {
       if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
         return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
@@ -272,6 +280,7 @@ struct gloo_with_threads {
     std::shared_ptr<std::atomic<bool>> abandoned_ = std::make_shared<std::atomic<bool>>(false);
     c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
     std::unique_ptr<detail::shm_channel> shm_;
+    std::unique_ptr<detail::hierarchical_allreduce> hier_;
   };
 };
 

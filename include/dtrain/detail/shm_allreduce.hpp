@@ -14,6 +14,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -31,6 +32,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <ATen/Parallel.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -143,6 +145,15 @@ class shm_channel {
   pending check(const CollectiveCall& call) {
     return submit(call, [] {});
   }
+
+  /// A collective of several steps (backend::gloo's hierarchical allreduce): `body` runs in the
+  /// queue's order, as one collective with `call`, and may run the steps below, which run at once
+  /// on the calling thread (only from a body).
+  pending compose(const CollectiveCall& call, std::function<void()> body) { return submit(call, std::move(body)); }
+  void allreduce_step(torch::Tensor& t, bool mean) { allreduce_now(t, mean); }
+  void broadcast_step(torch::Tensor& t, int root) { broadcast_now(t, root); }
+  /// The group's ranks of this channel's ranks 0, 1, ..., as its errors name them (a host's ranks).
+  void name_ranks(std::vector<int> ranks) { names_ = std::move(ranks); }
 
   /// Called about once a second while a collective waits for a peer; it may throw to give up early
   /// (the worker context checks whether a peer failed or left the loop).
@@ -295,15 +306,15 @@ class shm_channel {
         theirs.sleepers.fetch_sub(1, std::memory_order_seq_cst);
         const auto now = std::chrono::steady_clock::now();
         if (now > start + timeout_)
-          throw WorkerError("shared-memory collective: rank " + std::to_string(r) + " did not arrive at " +
+          throw WorkerError("shared-memory collective: rank " + std::to_string(named(r)) + " did not arrive at " +
                             current_.describe() + " within " + std::to_string(timeout_.count()) +
                             " ms (it died, hangs, or issued other collectives)");
         if (now > next_check && stall_check_) {
           try {
             stall_check_();
           } catch (const std::exception& e) {
-            throw WorkerError(std::string(e.what()) + " [rank " + std::to_string(rank_) + " was in " +
-                              current_.describe() + "; rank " + std::to_string(r) + " had not arrived]");
+            throw WorkerError(std::string(e.what()) + " [rank " + std::to_string(named(rank_)) + " was in " +
+                              current_.describe() + "; rank " + std::to_string(named(r)) + " had not arrived]");
           }
           next_check = now + std::chrono::seconds(1);
         }
@@ -313,7 +324,17 @@ class shm_channel {
     // Every rank has written its call before it arrived here: compare them before any data moves.
     if (checking_) {
       const CollectiveCall mine = *std::exchange(checking_, std::nullopt);
-      verify_same_call(rank_, mine, calls(generation_), world_);
+      if (names_.empty()) {
+        verify_same_call(rank_, mine, calls(generation_), world_);
+      } else {  // the same check, naming the group's ranks: each call at its group rank's place
+        std::vector<std::int64_t> all(static_cast<std::size_t>(names_.back() + 1) * CollectiveCall::words);
+        const auto w = mine.encode();
+        for (std::size_t at = 0; at < all.size(); at += CollectiveCall::words) std::copy(w.begin(), w.end(), all.begin() + at);
+        for (int r = 0; r < world_; ++r)
+          std::copy_n(calls(generation_) + r * CollectiveCall::words, CollectiveCall::words,
+                      all.begin() + names_[r] * CollectiveCall::words);
+        verify_same_call(named(rank_), mine, all.data(), names_.back() + 1);
+      }
     }
   }
 
@@ -427,6 +448,8 @@ class shm_channel {
   std::uint64_t generation_ = 0;            // collectives run on this channel (the calls' buffer)
   std::shared_ptr<task_queue> queue_ = std::make_shared<task_queue>();
   std::function<void()> stall_check_;
+  std::vector<int> names_;  // empty: the channel's ranks are the group's
+  int named(int r) const { return names_.empty() ? r : names_[r]; }
   std::thread thread_;
 };
 
