@@ -30,6 +30,7 @@
 #include <dtrain/launch/elastic.hpp>
 #include <dtrain/launch/environment.hpp>
 #include <dtrain/launch/fresh_start.hpp>
+#include <dtrain/launch/heartbeat.hpp>
 #include <dtrain/launch/process.hpp>
 #include <dtrain/launch/rendezvous.hpp>
 #include <dtrain/launch/stop.hpp>
@@ -383,6 +384,8 @@ class Trainer {
       return "training failed: rank " + std::to_string(r) + " could not be started: " + e.what();
     }
     std::optional<std::chrono::steady_clock::time_point> stop_deadline;
+    // Finds ranks that are alive but stuck, even when no rank waits for them (every rank stuck).
+    launch::ProgressWatchdog watchdog(store, attempt, n, run_.failure.progress_timeout);
     while (group.running_count() > 0) {
       if (launch::stop_signals_received() > 0 && !stop_deadline) {  // ask the workers to stop
         stop_deadline = std::chrono::steady_clock::now() + run_.failure.stop_grace;
@@ -400,6 +403,13 @@ class Trainer {
         group.kill_all();
         group.reap_all();
         return std::nullopt;  // the caller records the stop
+      }
+      if (auto stuck = stop_deadline ? std::nullopt : watchdog.check([&](int r) { return group.running(r); })) {
+        std::fprintf(stderr, "dtrain: %s; stopping the group (SIGTERM, then SIGKILL after %g s)\n", stuck->cause.c_str(),
+                     std::chrono::duration<double>(run_.failure.stop_grace).count());
+        group.terminate(run_.failure.stop_grace);
+        failed_rank_ = stuck->rank;
+        return stuck->cause;
       }
       auto ended = group.poll();
       if (!ended) {

@@ -160,6 +160,17 @@ class WorkerGroup {
       if (p > 0) ::kill(p, sig);
   }
 
+  /// Stops every worker still running: SIGTERM (a worker may see it and end on its own), then
+  /// SIGKILL to those still running after `grace`; reaps them all.
+  void terminate(std::chrono::milliseconds grace) {
+    kill_all(SIGTERM);
+    const auto deadline = std::chrono::steady_clock::now() + grace;
+    while (running_count() > 0 && std::chrono::steady_clock::now() < deadline)
+      if (!poll()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    kill_all(SIGKILL);
+    reap_all();
+  }
+
   /// Waits for every worker to end (after kill_all, promptly).
   void reap_all() {
     for (pid_t& p : pids_) {
