@@ -2,8 +2,8 @@
 #pragma once
 // Heartbeats and progress: each worker's own thread counts up a store key about once a second,
 // over a store connection of its own (the training thread may block in the store), and publishes
-// with it the worker's progress count (progress_mark.hpp), which the training thread advances at
-// each batch, collective and report.
+// with it how long the worker's progress count (progress_mark.hpp), which the training thread
+// advances at each batch, collective and report, has stood still.
 //
 // - A beat that stood still for FailureConfig::heartbeat_timeout: the rank is stopped (SIGSTOP),
 //   frozen, or cut off. A busy rank (a checkpoint, a slow batch) keeps beating.
@@ -57,6 +57,32 @@ struct Sighting {
     since = now;
     return true;
   }
+};
+
+// A rank's published progress, "<beat> <ms its progress had stood still at that beat>", as a
+// reader sees it. The publisher measures on its own clock; the reader adds the time since it
+// first read that beat, so a rank that publishes nothing more (frozen) keeps ageing too.
+struct ProgressSighting {
+  std::int64_t beat = -1;  // the publisher's beat number; -1: nothing read yet
+  std::chrono::milliseconds age{0};
+  std::chrono::steady_clock::time_point seen{};
+  // Reads `k`; false while nothing is published (the rank's train loop has not started).
+  bool read(c10d::Store& store, const std::string& k, std::chrono::steady_clock::time_point now) {
+    if (!store.check({k})) return false;
+    const auto text = to_string(store.get(k));
+    const auto space = text.find(' ');
+    const auto b = std::stoll(text.substr(0, space));
+    if (b != beat) {
+      beat = b;
+      age = std::chrono::milliseconds(std::stoll(text.substr(space + 1)));
+      seen = now;
+    }
+    return true;
+  }
+  // How long the rank has made no progress, as far as can be told at `now`.
+  std::chrono::steady_clock::duration stood(std::chrono::steady_clock::time_point now) const { return age + (now - seen); }
+  // Whether its heartbeat thread still publishes (at least once a second when it does).
+  bool beating(std::chrono::steady_clock::time_point now) const { return now - seen < std::chrono::seconds(3); }
 };
 
 // How often a watcher reads counters of a timeout: a quarter of it, at most a second apart.
@@ -122,7 +148,6 @@ class Heartbeat {
     beat_store_ = c10::make_intrusive<c10d::TCPStore>(who.master_addr, o);
     const auto now = std::chrono::steady_clock::now();
     for (auto& b : beats_) b.since = now;
-    for (auto& p : progress_) p.since = now;
     thread_ = std::thread([this] { beat(); });
   }
   Heartbeat(const Heartbeat&) = delete;
@@ -159,14 +184,15 @@ class Heartbeat {
                           "(FailureConfig::heartbeat_timeout is " + std::to_string(timeout_.count()) + " ms)");
       }
       if (progress_timeout_.count() <= 0) continue;
-      const auto token = store.add(key(who_.attempt, detail::rank_key("progress", r)), 0);
-      // 0: the rank has not reached its train loop yet (the rendezvous timeouts cover that).
-      if (progress_[r].moved(token, now) || token == 0 || now - progress_[r].since < progress_timeout_) continue;
+      auto& progress = progress_[r];
+      if (!progress.read(store, key(who_.attempt, detail::rank_key("progress", r)), now) ||
+          progress.stood(now) < progress_timeout_)
+        continue;
       throw WorkerError("rank " + std::to_string(r) + " on " + detail::host_of(store, who_.attempt, r) +
-                        " made no progress for " + detail::seconds_text(now - progress_[r].since) + " while rank " +
+                        " made no progress for " + detail::seconds_text(progress.stood(now)) + " while rank " +
                         std::to_string(who_.rank) + " waits at " + what + ": last progress at " +
                         detail::last_progress_of(store, who_.attempt, r) +
-                        detail::stuck_reason(timeout_.count() > 0, progress_timeout_));
+                        detail::stuck_reason(progress.beating(now), progress_timeout_));
     }
   }
 
@@ -175,9 +201,10 @@ class Heartbeat {
     const auto beat_key = key(who_.attempt, detail::rank_key("beat", who_.rank));
     const auto progress_key = key(who_.attempt, detail::rank_key("progress", who_.rank));
     const auto where_key = key(who_.attempt, detail::rank_key("progress_at", who_.rank));
-    // Published: this rank's progress marks plus its waits for peers, as one rising count; it
-    // starts at the first mark after this heartbeat began (the train loop's start).
-    std::int64_t published = 0, described = progress_base_;
+    // Published each beat once the train loop started (the first mark after this heartbeat
+    // began): how long this rank's marks plus its waits for peers have stood still.
+    std::int64_t beat_number = 0, token = -1, described = progress_base_;
+    auto moved_at = std::chrono::steady_clock::now();
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stop_) {
       try {
@@ -185,13 +212,17 @@ class Heartbeat {
         if (progress_timeout_.count() > 0) {
           const auto p = last_progress();
           if (p.count > progress_base_) {
-            if (p.count != described) {  // named before it counts, so a watcher never reads a stale one
+            if (p.count != described) {  // named before its age is, so a watcher never reads a stale one
               beat_store_->set(where_key, to_bytes(p.describe()));
               described = p.count;
             }
-            const std::int64_t token = p.count - progress_base_ + waits_.load(std::memory_order_relaxed);
-            if (token != published) beat_store_->add(progress_key, token - published);
-            published = token;
+            const auto now = std::chrono::steady_clock::now();
+            if (const auto t = p.count + waits_.load(std::memory_order_relaxed); t != token) {
+              token = t;
+              moved_at = now;
+            }
+            const auto age = std::chrono::duration_cast<std::chrono::milliseconds>(now - moved_at).count();
+            beat_store_->set(progress_key, to_bytes(std::to_string(++beat_number) + " " + std::to_string(age)));
           }
         }
       } catch (const std::exception&) {  // the store is gone: the group is ending
@@ -205,7 +236,8 @@ class Heartbeat {
   std::chrono::milliseconds timeout_, progress_timeout_;
   std::chrono::milliseconds interval_{1000}, watch_interval_{1000};
   c10::intrusive_ptr<c10d::TCPStore> beat_store_;
-  std::vector<detail::Sighting> beats_, progress_;
+  std::vector<detail::Sighting> beats_;
+  std::vector<detail::ProgressSighting> progress_;
   std::int64_t progress_base_;
   std::atomic<std::int64_t> waits_{0};
   std::chrono::steady_clock::time_point last_watch_{};
@@ -229,32 +261,34 @@ class ProgressWatchdog {
  public:
   /// `timeout` 0: never finds anything.
   ProgressWatchdog(c10d::Store& store, int attempt, int world_size, std::chrono::milliseconds timeout)
-      : store_(store), attempt_(attempt), timeout_(timeout), progress_(world_size), beats_(world_size) {
+      : store_(store), attempt_(attempt), timeout_(timeout), progress_(world_size) {
     if (timeout_.count() > 0) interval_ = detail::read_interval(timeout_);
-    const auto now = std::chrono::steady_clock::now();
-    for (auto& p : progress_) p.since = now;
-    for (auto& b : beats_) b.since = now;
   }
 
   /// Reads the progress of the ranks for which `running(rank)` is true, at most every quarter of
-  /// the timeout (at least once a second). The ranks that stood still for the timeout plus that
-  /// interval (so that a rank waiting for a stuck one names it first, with what it waits at),
-  /// described; nothing while every rank moves or has not reached its train loop.
+  /// the timeout (at least once a second). The ranks whose progress stood still for the timeout,
+  /// described; nothing while every rank moves or has not reached its train loop. While another
+  /// rank moves (it may be waiting for a stuck one) a margin of two reads, at least 2 s, is added,
+  /// so that rank names the stuck one first, with what it waits at.
   std::optional<Stuck> check(const std::function<bool(int)>& running) {
     if (timeout_.count() <= 0) return std::nullopt;
     const auto now = std::chrono::steady_clock::now();
     if (now - last_read_ < interval_) return std::nullopt;
     last_read_ = now;
+    std::vector<bool> watched(progress_.size());
+    bool moving = false;  // a rank that moves may be waiting for a stuck one, and name it
+    for (int r = 0; r < static_cast<int>(progress_.size()); ++r) {
+      watched[r] = running(r) && progress_[r].read(store_, key(attempt_, detail::rank_key("progress", r)), now);
+      moving = moving || (watched[r] && progress_[r].stood(now) < timeout_);
+    }
+    const auto limit = moving ? timeout_ + std::max(2 * interval_, std::chrono::milliseconds(2000)) : timeout_;
     Stuck stuck;
     std::string named, others, first;
     for (int r = 0; r < static_cast<int>(progress_.size()); ++r) {
-      if (!running(r)) continue;
-      const auto token = store_.add(key(attempt_, detail::rank_key("progress", r)), 0);
-      const bool beating = beats_[r].moved(store_.add(key(attempt_, detail::rank_key("beat", r)), 0), now) ||
-                           now - beats_[r].since < interval_ * 3;
-      if (progress_[r].moved(token, now) || token == 0 || now - progress_[r].since < timeout_ + interval_) continue;
+      auto& progress = progress_[r];
+      if (!watched[r] || progress.stood(now) < limit) continue;
       const std::string who = "rank " + std::to_string(r) + " on " + detail::host_of(store_, attempt_, r);
-      const std::string stood = detail::seconds_text(now - progress_[r].since);
+      const std::string stood = detail::seconds_text(progress.stood(now));
       if (stuck.rank >= 0) {
         others += (others.empty() ? "" : ", ") + who + " for " + stood;
         continue;
@@ -264,7 +298,7 @@ class ProgressWatchdog {
       // Without the times and the pid, so that the same stall twice reads as the same failure
       // (FailureConfig::max_repeated_failures).
       first = "rank " + std::to_string(r) + " made no progress: last progress at " +
-              detail::last_progress_of(store_, attempt_, r) + detail::stuck_reason(beating, timeout_);
+              detail::last_progress_of(store_, attempt_, r) + detail::stuck_reason(progress.beating(now), timeout_);
     }
     if (stuck.rank < 0) return std::nullopt;
     stuck.cause = "training failed: " + named + (others.empty() ? "" : " (and " + others + ")") +
@@ -277,7 +311,7 @@ class ProgressWatchdog {
   int attempt_;
   std::chrono::milliseconds timeout_;
   std::chrono::milliseconds interval_{1000};
-  std::vector<detail::Sighting> progress_, beats_;
+  std::vector<detail::ProgressSighting> progress_;
   std::chrono::steady_clock::time_point last_read_{};
 };
 
