@@ -19,6 +19,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>  // c10d's backend-neutral Work: no Gloo, no NCCL
 
 #include <dtrain/error.hpp>
+#include <dtrain/progress_mark.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -99,18 +100,28 @@ struct Completion {
 /// It wraps one of: a c10d::Work (a c10d process group's collective), a shared_future (a
 /// collective run on a thread of dtrain's own, e.g. the shared-memory channel), or a Completion
 /// (a device-side one). A default-constructed Work is an already completed no-op (world size 1).
+///
+/// Issuing one and its wait() returning are signs of this worker's progress (progress_mark.hpp).
 class Work {
  public:
   Work() = default;
   Work(c10::intrusive_ptr<c10d::Work> work, std::string what)
-      : work_(std::move(work)), what_(std::move(what)) {}
-  Work(std::shared_future<void> done, std::string what) : done_(std::move(done)), what_(std::move(what)) {}
+      : work_(std::move(work)), what_(std::move(what)) {
+    detail::note_progress();
+  }
+  Work(std::shared_future<void> done, std::string what) : done_(std::move(done)), what_(std::move(what)) {
+    detail::note_progress();
+  }
   /// As above, for a queue of collectives whose thread the waiter may relieve: wait() first calls
   /// `help`, which runs the queued collectives up to this one on the waiting thread.
   Work(std::shared_future<void> done, std::function<void()> help, std::string what)
-      : done_(std::move(done)), help_(std::move(help)), what_(std::move(what)) {}
+      : done_(std::move(done)), help_(std::move(help)), what_(std::move(what)) {
+    detail::note_progress();
+  }
   Work(std::shared_ptr<Completion> completion, std::string what)
-      : completion_(std::move(completion)), what_(std::move(what)) {}
+      : completion_(std::move(completion)), what_(std::move(what)) {
+    detail::note_progress();
+  }
 
   /// This work preceded by `verify`, which wait() runs first (once `exchange`, the exchange of
   /// the ranks' CollectiveCalls, is done; it may be null): a CollectiveMismatch it throws is
@@ -161,6 +172,7 @@ class Work {
     // A device completion's errors name the collective and the rank already.
     if (auto c = std::move(completion_)) c->wait();
     if (then_) std::exchange(then_, nullptr)();
+    detail::note_progress();
   }
   bool completed() const {
     return (!exchange_ || exchange_->isCompleted()) && (!work_ || work_->isCompleted()) &&

@@ -107,6 +107,17 @@ struct FailureConfig {
   /// it and its host, and the group restarts under max_failures. A busy rank keeps beating; a
   /// stopped (SIGSTOP), frozen or cut-off one does not. 0 turns heartbeats off.
   std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(10);
+  /// A rank whose training thread shows no progress this long while its heartbeat goes on is taken
+  /// as stuck (a deadlock or an endless loop in the train loop, a read from a dead mount) and the
+  /// group restarts under max_failures. Progress is each batch ctx.shard hands out, each collective
+  /// issued or completed, each report(), each dtrain::mark_progress(); a rank that waits for its
+  /// peers counts as progressing. Found by the ranks that wait for it and by dtrain's driver (also
+  /// when every rank is stuck, or the group has one worker); the driver stops the group with
+  /// SIGTERM, then SIGKILL after stop_grace. 0 (the default) turns it off: a loop may legitimately
+  /// go on for any time without such a point (an evaluation over plain tensors, loading data inside
+  /// the loop, a long checkpoint write), so set it above the longest such stretch and below
+  /// RunConfig::collective_timeout; see docs/multi-host.md, "Workers that make no progress".
+  std::chrono::milliseconds progress_timeout = std::chrono::milliseconds(0);
 
   void validate() const {
     if (max_failures < -1)
@@ -121,6 +132,10 @@ struct FailureConfig {
     if (heartbeat_timeout.count() < 0)
       throw ConfigError("FailureConfig::heartbeat_timeout is " + std::to_string(heartbeat_timeout.count()) +
                         " ms; use 0 (off) or a positive time");
+    if (progress_timeout.count() < 0)
+      throw ConfigError("FailureConfig::progress_timeout is " + std::to_string(progress_timeout.count()) +
+                        " ms; use 0 (off) or a positive time, longer than the train loop's longest stretch "
+                        "without a batch, collective or report");
     if (max_repeated_failures < 0)
       throw ConfigError("FailureConfig::max_repeated_failures is " + std::to_string(max_repeated_failures) +
                         "; use 0 (never stop on repeats) or a positive count");

@@ -4,6 +4,7 @@
 
 #include <dtrain/version.hpp>
 #include <dtrain/error.hpp>
+#include <dtrain/progress_mark.hpp>
 #include <dtrain/config.hpp>
 #include <dtrain/metrics.hpp>
 #include <dtrain/result.hpp>

@@ -29,6 +29,7 @@
 #include <dtrain/launch/elastic.hpp>
 #include <dtrain/launch/environment.hpp>
 #include <dtrain/launch/fresh_start.hpp>
+#include <dtrain/launch/heartbeat.hpp>
 #include <dtrain/launch/process.hpp>
 #include <dtrain/launch/rendezvous.hpp>
 #include <dtrain/launch/restarts.hpp>
@@ -347,6 +348,8 @@ class Trainer {
       return "training failed: rank " + std::to_string(r) + " could not be started: " + e.what();
     }
     std::optional<std::chrono::steady_clock::time_point> stop_deadline;
+    // Finds ranks that are alive but stuck, even when no rank waits for them (every rank stuck).
+    launch::ProgressWatchdog watchdog(store, attempt, n, run_.failure.progress_timeout);
     while (group.running_count() > 0) {
       if (launch::stop_signals_received() > 0 && !stop_deadline) {  // ask the workers to stop
         stop_deadline = std::chrono::steady_clock::now() + run_.failure.stop_grace;
@@ -364,6 +367,14 @@ class Trainer {
         group.kill_all();
         group.reap_all();
         return std::nullopt;  // the caller records the stop
+      }
+      if (auto stuck = stop_deadline ? std::nullopt : watchdog.check([&](int r) { return group.running(r); })) {
+        // Killed at once, as after any failure: a stuck loop would not return at a stop request.
+        std::fprintf(stderr, "dtrain: %s; killing the group\n", stuck->cause.c_str());
+        group.kill_all();
+        group.reap_all();
+        failed_rank_ = stuck->rank;
+        return stuck->cause;
       }
       auto ended = group.poll();
       if (!ended) {

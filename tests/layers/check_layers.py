@@ -16,7 +16,7 @@ import tempfile
 # include/dtrain/: an entry ending in "/" is a folder (everything under it), any other a file.
 # docs/design.md ("Layers") draws the same table: change both together.
 LAYERS = [
-    ("error/version", ["error.hpp", "version.hpp", "memory.hpp"]),
+    ("error/version", ["error.hpp", "version.hpp", "memory.hpp", "progress_mark.hpp"]),
     ("vocabulary", ["policy/category.hpp", "collective.hpp"]),
     ("configuration", ["config.hpp", "metrics.hpp", "run_directory.hpp"]),
     ("data and launch", ["data/", "data/image.hpp", "data/image_folder.hpp", "sampler/", "launch/", "detail/"]),

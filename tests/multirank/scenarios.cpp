@@ -20,7 +20,9 @@
 
 #include <dtrain/dtrain.hpp>
 
+#include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <limits>
@@ -398,6 +400,13 @@ int run(const Args& a) {
     run_config.failure.max_failures = 1;
     run_config.failure.heartbeat_timeout = std::chrono::seconds(2);
   }
+  // stuck, stuck_all: a training thread blocks for good while its heartbeat thread beats on, found
+  // by the progress timeout, then restarted; slow_step: slow steps, shorter than it, which must not be.
+  if (a.scenario.rfind("stuck", 0) == 0 || a.scenario == "slow_step") {
+    run_config.failure.max_failures = 1;
+    run_config.failure.progress_timeout = std::chrono::seconds(3);
+    run_config.failure.stop_grace = std::chrono::seconds(1);
+  }
   Trainer trainer({.num_workers = a.workers, .threads_per_worker = a.threads}, run_config);
   if (a.scenario == "evaluate") return evaluate(trainer, a, data, features, hidden);
   const auto result = trainer.fit([&](typename Trainer::context& ctx) {
@@ -421,6 +430,18 @@ int run(const Args& a) {
         // sigstop: rank 1 stops itself inside the loop (the others then wait in the step's
         // allreduce); sigstop_report: after the loop, before its report. First attempt only.
         if (a.scenario == "sigstop" && ctx.world_rank() == 1 && step == 3 && ctx.attempt() == 0) std::raise(SIGSTOP);
+        // stuck: rank 1's training thread sleeps for good at step 3 (the others wait in the step's
+        // allreduce); stuck_all: every rank's, so none waits. First attempt only.
+        if (step == 3 && ctx.attempt() == 0 &&
+            ((a.scenario == "stuck" && ctx.world_rank() == 1) || a.scenario == "stuck_all")) {
+          const auto now = std::chrono::system_clock::now().time_since_epoch();
+          std::fprintf(stderr, "STUCK rank %d at %.3f\n", ctx.world_rank(), std::chrono::duration<double>(now).count());
+          std::this_thread::sleep_for(std::chrono::hours(1));
+        }
+        // slow_step: rank 1 alone (the others wait for it), then every rank, slower than usual but
+        // within the 3 s progress timeout.
+        if (a.scenario == "slow_step" && ((step == 2 && ctx.world_rank() == 1) || step == 4))
+          std::this_thread::sleep_for(std::chrono::milliseconds(1500));
         sgd.zero_grad();
         torch::Tensor loss;
         {

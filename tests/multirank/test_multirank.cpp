@@ -21,6 +21,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -775,6 +776,74 @@ TEST_CASE("over Gloo alone a stopped rank is named within the heartbeat timeout"
   CHECK_THAT(out, Catch::Contains("rank 1 on ") && Catch::Contains("has shown no sign of life") &&
                       Catch::Contains("rank 0 was in allreduce(mean) of"));
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(15));  // not the 20 s timeout
+  CHECK(processes_with(tag) == 0);
+}
+
+// ---- workers that are alive but make no progress ----
+
+namespace {
+// From a stuck scenario's run: when the first rank got stuck (its "STUCK rank R at T" line) and
+// when the driver recorded the failure (outcome.json), in Unix seconds.
+std::pair<double, double> stuck_and_failed(const std::string& output, const std::string& tag, const std::string& name) {
+  const auto at = output.find("STUCK rank ");
+  REQUIRE(at != std::string::npos);
+  const double stuck = std::stod(output.substr(output.find(" at ", at) + 4));
+  std::ifstream in(fs::temp_directory_path() / ("dtrain_multirank_" + tag) / "multirank_runs" / name / "outcome.json");
+  const auto outcome = nlohmann::json::parse(in);
+  REQUIRE(outcome["failures"].size() == 1);
+  CHECK_THAT(outcome["failures"][0]["cause"].get<std::string>(), Catch::Contains("made no progress"));
+  return {stuck, outcome["failures"][0]["time"].get<double>()};
+}
+}  // namespace
+
+TEST_CASE("a rank whose training thread is stuck while its heartbeat beats is named by the rank waiting for it and the group restarts", "[multirank][failure][heartbeat][progress]") {
+  const auto tag = unique_tag();
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  auto r = scenario("stuck --workers 2", tag);
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("restarts=1"));
+  // Found by rank 0, which waits for it in the step's allreduce: the rank, its host, where it was.
+  CHECK_THAT(r.output, Catch::Contains("rank 1 on " + std::string(host) + " (pid ") &&
+                           Catch::Contains("made no progress for") &&
+                           Catch::Contains("while rank 0 waits at a collective: last progress at batch #3 of an epoch") &&
+                           Catch::Contains("its heartbeat goes on, so it is alive but stuck"));
+  const auto [stuck, failed] = stuck_and_failed(r.output, tag, "stuck");
+  CHECK(failed - stuck < 3.0 + 5.0);  // FailureConfig::progress_timeout is 3 s
+  CHECK(processes_with(tag) == 0);
+}
+
+TEST_CASE("a group whose every rank is stuck is stopped by the driver and restarted", "[multirank][failure][heartbeat][progress]") {
+  const auto tag = unique_tag();
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  for (const int workers : {2, 1}) {
+    INFO(workers << " workers");
+    auto r = scenario("stuck_all --workers " + std::to_string(workers), tag);
+    INFO(r.output);
+    CHECK(r.status == 0);
+    CHECK_THAT(r.output, Catch::Contains("restarts=1"));
+    // No rank waits for another: the driver finds them, rank 0 first.
+    CHECK_THAT(r.output, Catch::Contains("training failed: rank 0 on " + std::string(host) + " (pid ") &&
+                             Catch::Contains("the driver stopped the group; first error: rank 0 made no progress: "
+                                             "last progress at batch #3 of an epoch (ctx.shard)"));
+    if (workers == 2) CHECK_THAT(r.output, Catch::Contains("(and rank 1 on " + std::string(host) + " (pid "));
+    const auto [stuck, failed] = stuck_and_failed(r.output, tag, "stuck_all");
+    CHECK(failed - stuck < 3.0 + 5.0);
+    fs::remove_all(fs::temp_directory_path() / ("dtrain_multirank_" + tag) / "multirank_runs");
+  }
+  CHECK(processes_with(tag) == 0);
+}
+
+TEST_CASE("slow steps shorter than the progress timeout do not trip it", "[multirank][failure][heartbeat][progress]") {
+  const auto tag = unique_tag();
+  // 1.5 s steps against a 3 s timeout: rank 1 alone (rank 0 waits), then both ranks at once.
+  auto r = scenario("slow_step --workers 2", tag);
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("restarts=0"));
+  CHECK_THAT(r.output, !Catch::Contains("made no progress"));
   CHECK(processes_with(tag) == 0);
 }
 

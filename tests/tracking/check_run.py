@@ -76,7 +76,8 @@ check(params["checkpoint"] == {"num_to_keep": 2, "score_attribute": "test_accura
       "params.json checkpoint config")
 check(params["failure"] == {"max_failures": 0, "max_repeated_failures": 3, "throw_on_failure": True,
                             "stop_grace_ms": 30000, "stop_poll_ms": 100, "restart_backoff_ms": 500,
-                            "restart_backoff_max_ms": 30000, "heartbeat_timeout_ms": 10000}, "params.json failure config: %s" % params["failure"])
+                            "restart_backoff_max_ms": 30000, "heartbeat_timeout_ms": 10000,
+                            "progress_timeout_ms": 0}, "params.json failure config: %s" % params["failure"])
 check(params["run"]["start"] in ("resume", "fresh") and "seed" in params["run"], "params.json start and seed")
 check(params["train_loop_config"]["model"] == "mlp" and params["train_loop_config"]["max_steps"] == steps,
       "params.json train_loop_config")

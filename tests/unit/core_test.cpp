@@ -538,6 +538,19 @@ TEST_CASE("RunConfig::validate wants positive timeouts", "[config][error]") {
   REQUIRE_THROWS_MATCHES(c.validate(), dtrain::ConfigError, MessageContains({"collective_timeout"}));
 }
 
+TEST_CASE("FailureConfig::validate takes progress_timeout 0 (off) or positive and names it otherwise", "[config][error][progress]") {
+  dtrain::FailureConfig f;
+  CHECK(f.progress_timeout == std::chrono::milliseconds(0));  // off unless set: see docs/multi-host.md
+  f.progress_timeout = std::chrono::minutes(10);
+  CHECK_NOTHROW(f.validate());
+  f.progress_timeout = std::chrono::milliseconds(-1);
+  REQUIRE_THROWS_MATCHES(f.validate(), dtrain::ConfigError,
+                         MessageContains({"FailureConfig::progress_timeout is -1 ms", "use 0 (off) or a positive time"}));
+  dtrain::RunConfig run;  // RunConfig::validate checks its FailureConfig
+  run.failure.progress_timeout = std::chrono::milliseconds(-5);
+  REQUIRE_THROWS_MATCHES(run.validate(), dtrain::ConfigError, MessageContains({"progress_timeout is -5 ms"}));
+}
+
 TEST_CASE("process_start_unix gives a new process's start within 50 ms", "[launch]") {
   // startup_s (the example's and the benchmarks') counts from this moment, so a whole-second
   // boot time (/proc/stat's btime) would add up to a second to it.

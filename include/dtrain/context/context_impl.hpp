@@ -12,13 +12,14 @@
 #include <vector>
 
 #include <dtrain/context.hpp>
+#include <dtrain/progress_mark.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
 template <class Policies>
 Context<Policies>::Context(const launch::WorkerIdentity& who, c10::intrusive_ptr<c10d::Store> store, const ScalingConfig& scaling,
         const RunConfig& run)
-    : group_(who, std::move(store), run.collective_timeout, run.failure.heartbeat_timeout),
+    : group_(who, std::move(store), run.collective_timeout, run.failure.heartbeat_timeout, run.failure.progress_timeout),
       scaling_(scaling),
       run_(run),
       dir_(run.path()),
@@ -63,6 +64,7 @@ Context<Policies>::Context(const launch::WorkerIdentity& who, c10::intrusive_ptr
   }
   if (who.rank == 0) MetricsHistory::truncate_jsonl(dir_.history(), kept);
   stop_.start_counting_at(steps_);
+  mark_progress("the start of the train loop");  // FailureConfig::progress_timeout counts from here
 }
 
 template <class Policies>
@@ -98,9 +100,11 @@ auto Context<Policies>::shard(const Split& split, std::int64_t global_batch, Sam
   std::int64_t first = 0;
   if constexpr (counted) first = cursor_.begin_shard(data::batch_count(static_cast<std::int64_t>(order.size()), batch_size));
   constexpr bool prefetching = backend_traits<backend>::has_batch_transfer;
-  data::BatchObserver observe;
+  // Each batch is a sign of progress (FailureConfig::progress_timeout), of any shard.
+  data::BatchObserver observe = [](std::int64_t b, std::int64_t) { mark_progress("batch # of an epoch (ctx.shard)", b); };
   if constexpr (counted)
     observe = [this, world](std::int64_t b, std::int64_t len) {
+      mark_progress("batch # of an epoch (ctx.shard)", b);
       if (!prefetching) cursor_.reached(b);  // prefetching counts batches handed out instead
       meter_.add_samples(len * world);
     };
@@ -210,6 +214,7 @@ void Context<Policies>::check_optimizer(const Optimizer& opt) {
 template <class Policies>
 Metrics Context<Policies>::record(const Metrics& metrics) {
   ++reports_;
+  mark_progress("report() call #", reports_);
   group_.arrive("report/" + std::to_string(reports_), "report() call " + std::to_string(reports_), reports_);
   Metrics row = metrics;
   row.try_emplace("iteration", reports_);

@@ -31,11 +31,13 @@ namespace launch {
 class Group {
  public:
   /// `heartbeat_timeout` (FailureConfig::heartbeat_timeout; 0: off): how long a peer's heartbeat
-  /// may stand still before a rank waiting for it fails naming it (see launch/heartbeat.hpp).
+  /// may stand still before a rank waiting for it fails naming it; `progress_timeout` (0: off) the
+  /// same for its progress (see launch/heartbeat.hpp).
   Group(const WorkerIdentity& who, c10::intrusive_ptr<c10d::Store> store, std::chrono::milliseconds timeout,
-        std::chrono::milliseconds heartbeat_timeout = std::chrono::milliseconds(0))
+        std::chrono::milliseconds heartbeat_timeout = std::chrono::milliseconds(0),
+        std::chrono::milliseconds progress_timeout = std::chrono::milliseconds(0))
       : who_(who), store_(std::move(store)), timeout_(timeout),
-        heartbeat_(std::make_unique<Heartbeat>(who, *store_, heartbeat_timeout)) {}
+        heartbeat_(std::make_unique<Heartbeat>(who, *store_, heartbeat_timeout, progress_timeout)) {}
 
   const WorkerIdentity& identity() const { return who_; }
   int rank() const { return who_.rank; }

@@ -199,7 +199,8 @@ nlohmann::json params_json(const ScalingConfig& scaling, const RunConfig& run) {
         {"stop_poll_ms", run.failure.stop_poll.count()},
         {"restart_backoff_ms", run.failure.restart_backoff.count()},
         {"restart_backoff_max_ms", run.failure.restart_backoff_max.count()},
-        {"heartbeat_timeout_ms", run.failure.heartbeat_timeout.count()}}},
+        {"heartbeat_timeout_ms", run.failure.heartbeat_timeout.count()},
+        {"progress_timeout_ms", run.failure.progress_timeout.count()}}},
       {"train_loop_config", run.train_loop_config},
   };
 }

@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// This worker's progress counter: the training thread marks each point where it shows progress
+// (a batch handed out, a collective issued or completed, a report), and the heartbeat's own thread
+// publishes the count with its beat (launch/heartbeat.hpp). A rank whose count stands still while
+// its heartbeat goes on is alive but stuck (FailureConfig::progress_timeout).
+//
+// One worker per process, so the counter is the process's: any layer marks it without being
+// handed a Context. A mark is a few relaxed stores and one atomic increment, no store write.
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include <dtrain/version.hpp>
+
+DTRAIN_NAMESPACE_BEGIN
+
+/// Where this worker last showed progress.
+struct ProgressPoint {
+  std::int64_t count = 0;             // marks so far, labelled or not; 0: none yet
+  const char* where = "nothing yet";  // the last labelled mark, of static storage duration
+  std::int64_t number = -1;           // a number that goes with it (a batch, a report), -1: none
+  std::int64_t after = 0;             // unlabelled marks (collectives issued or completed) since
+
+  /// E.g. "batch #12 of an epoch (ctx.shard), then 3 collectives issued or completed".
+  std::string describe() const {
+    std::string s = where;
+    const auto hash = s.find('#');
+    if (hash != std::string::npos && number >= 0) s.insert(hash + 1, std::to_string(number));
+    if (after > 0)
+      s += ", then " + std::to_string(after) + (after == 1 ? " collective issued or completed" : " collectives issued or completed");
+    return s;
+  }
+};
+
+namespace detail {
+inline std::atomic<std::int64_t> progress_count{0};
+inline std::atomic<const char*> progress_where{"nothing yet"};
+inline std::atomic<std::int64_t> progress_number{-1};
+inline std::atomic<std::int64_t> progress_labelled{0};  // the count at the last labelled mark
+
+/// An unlabelled mark: a collective issued or completed (collective.hpp's Work), which keeps the
+/// last labelled point (the batch it belongs to) as the place to name.
+inline void note_progress() noexcept { progress_count.fetch_add(1, std::memory_order_release); }
+}  // namespace detail
+
+/// Marks a point where this worker shows progress. `where` must live as long as the process (a
+/// string literal); a '#' in it is followed by `number` when described ("report() call #").
+/// The train loop may call it too, for a long stretch of its own with no batch, collective or
+/// report (an evaluation over plain tensors), so that FailureConfig::progress_timeout sees it busy.
+inline void mark_progress(const char* where, std::int64_t number = -1) noexcept {
+  detail::progress_where.store(where, std::memory_order_relaxed);
+  detail::progress_number.store(number, std::memory_order_relaxed);
+  const auto count = detail::progress_count.fetch_add(1, std::memory_order_release) + 1;
+  detail::progress_labelled.store(count, std::memory_order_relaxed);
+}
+
+/// The last point marked. Read by another thread while marks go on, `where` and `number` may come
+/// from neighbouring marks; once the worker stands still they are its last.
+inline ProgressPoint last_progress() noexcept {
+  ProgressPoint p;
+  p.count = detail::progress_count.load(std::memory_order_acquire);
+  p.where = detail::progress_where.load(std::memory_order_relaxed);
+  p.number = detail::progress_number.load(std::memory_order_relaxed);
+  p.after = std::max<std::int64_t>(0, p.count - detail::progress_labelled.load(std::memory_order_relaxed));
+  return p;
+}
+
+DTRAIN_NAMESPACE_END
