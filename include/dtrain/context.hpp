@@ -275,19 +275,18 @@ class Context {
     if constexpr (requires(precision_state& p, torch::serialize::InputArchive& a) { p.load(a); })
       naming_file(ck, checkpointer::files::precision, [&] { ck.load_precision(precision_); });
   }
-  /// restore(ck, model), and the optimizer's state (this rank's piece under fsdp<>, which needs
-  /// the world size it was saved with).
+  /// restore(ck, model), and the optimizer's state (this rank's piece under fsdp<>; saved by
+  /// another worker count, every saved rank's piece re-cut for this one).
   template <class Module, class Optimizer>
   void restore(const checkpointer::Checkpoint& ck, Module& model, Optimizer& optimizer) {
-    // fsdp<>'s optimizer state is sharded over the ranks that saved it: another count would meet
-    // LibTorch's size mismatch. (The weights alone, restore(ck, model), load under any count.)
-    if (strategy_ops::shards_optimizer && ck.world_size() != world_size())
-      throw ConfigError(ck.path().string() + " was written by " + std::to_string(ck.world_size()) +
-                        " workers; under strategy::fsdp<> its optimizer state is sharded over them, and this run has " +
-                        std::to_string(world_size()) + ". Resume it with ScalingConfig::num_workers = " +
-                        std::to_string(ck.world_size()) + ", or restore the weights only with ctx.restore(ck, model) "
-                        "and let the optimizer start afresh");
     restore(ck, model);
+    if (strategy_ops::shards_optimizer && ck.world_size() != world_size()) {
+      naming_file(ck, checkpointer::files::rank_optimizer(0), [&] {
+        strategy_ops::load_resharded_optimizer(models_.of(model, "ctx.restore(checkpoint, model, optimizer)"),
+                                               optimizer, ck, world_size());
+      });
+      return;
+    }
     naming_file(ck, strategy_ops::shards_optimizer ? checkpointer::files::rank_optimizer(world_rank())
                                                    : std::string(checkpointer::files::optimizer),
                 [&] { ck.load_optimizer_of_rank(optimizer, world_rank(), strategy_ops::shards_optimizer); });

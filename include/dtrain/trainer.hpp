@@ -114,7 +114,8 @@ class Trainer {
   Result fit(Loop&& loop) {
     scaling_.validate();
     run_.validate();
-    launch::check_elastic(scaling_, persists, strategy_traits<typename policies::strategy>::shards_optimizer);
+    launch::check_elastic(scaling_, persists, strategy_traits<typename policies::strategy>::shards_optimizer,
+                          strategy_traits<typename policies::strategy>::reshards_optimizer);
     if (!persists && run_.resume_from)
       throw ConfigError("RunConfig::resume_from is set but the Trainer's Checkpointer is checkpointer::none, "
                         "which neither writes nor reads checkpoints; add dtrain::checkpointer::directory<> "

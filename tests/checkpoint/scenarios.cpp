@@ -17,6 +17,7 @@
 //                          "epoch index step" for every sample it trains to DIR/w<world>_a<attempt>_r<rank>
 //       [--min-workers M] [--regrow-after C]  an elastic group (ScalingConfig::min_workers,
 //                          regrow_after_checkpoints)
+//       [--fsdp 1]         strategy::fsdp<> (its SGD momentum sharded, re-cut when the count changes)
 //
 // --kill-step S: rank R (default 1) kills itself with SIGKILL after S steps, in attempts below A
 // (default 1), or in every attempt with --kill-always 1. With --kill-settled 1 every rank first
@@ -51,7 +52,7 @@ struct Args {
   int epoch_steps = -1, fail_at_step = -1, hidden = 32;
   int kill_rank = 1, kill_attempts = 1, min_workers = 0, regrow_after = 2;
   bool kill_settled = false;
-  bool kill_always = false, user_state = false, amp = false, fresh = false, final_checkpoint = false;
+  bool kill_always = false, user_state = false, amp = false, fresh = false, final_checkpoint = false, fsdp = false;
   std::optional<std::uint64_t> seed, reproducible;
   std::int64_t batch = 32;
 };
@@ -82,6 +83,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--batch") a.batch = std::stoll(v);
     else if (f == "--user-state") a.user_state = v == "1";
     else if (f == "--amp") a.amp = v == "1";
+    else if (f == "--fsdp") a.fsdp = v == "1";
     else if (f == "--schedule") a.schedule = v;
     else if (f == "--fresh") a.fresh = v == "1";
     else if (f == "--final") a.final_checkpoint = v == "1";
@@ -155,6 +157,8 @@ struct fast_growth {
 };
 using AmpTrainer = dtrain::Trainer<torch::nn::Sequential, dtrain::data::TensorDataset, dtrain_test::crashing_directory,
                                    dtrain::precision::amp<dtrain::precision::bf16, fast_growth>>;
+using FsdpTrainer = dtrain::Trainer<torch::nn::Sequential, dtrain::data::TensorDataset, dtrain_test::crashing_directory,
+                                    dtrain::strategy::fsdp<>>;
 
 template <class Trainer>
 int train(const Args& a) {
@@ -176,7 +180,7 @@ int train(const Args& a) {
   const auto result = trainer.fit([&](typename Trainer::context& ctx) {
     torch::manual_seed(ctx.world_rank() + 7);
     auto model = ctx.prepare_model(small_model(a.hidden));
-    torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+    torch::optim::SGD sgd(ctx.parameters(model), torch::optim::SGDOptions(0.05).momentum(0.9));
     StepDecay decay;
     // Built before the restore, as a user would: load() sets the saved rates and counters.
     std::optional<dtrain::schedule::WarmupCosine> cosine;
@@ -231,7 +235,7 @@ int train(const Args& a) {
         torch::Tensor loss;
         {
           auto autocast = ctx.autocast();
-          loss = torch::nn::functional::cross_entropy(model->forward(batch.data), batch.target);
+          loss = torch::nn::functional::cross_entropy(ctx.forward(model, batch.data), batch.target);
         }
         ctx.backward(loss);
         ctx.step(sgd);
@@ -255,10 +259,12 @@ int train(const Args& a) {
     // finished, not the batch it broke out on.
     if (a.final_checkpoint && ctx.steps() % a.every != 0)
       ctx.report({{"loss", 0.0}, {"score", 0}}, ctx.checkpoint(model, sgd, {{"extra_steps", ctx.steps()}}));
+    // The full parameters (under fsdp<> a collective, so every rank asks).
+    const auto full = a.out.empty() ? c10::Dict<std::string, at::Tensor>() : ctx.full_state(model);
     if (ctx.world_rank() == 0) {
       if (!a.out.empty()) {
         std::vector<torch::Tensor> params;
-        for (const auto& p : model->parameters()) params.push_back(p.detach().clone());
+        for (const auto& p : model->named_parameters()) params.push_back(full.at(p.key()));
         torch::save(params, a.out);
       }
       std::ostringstream lr;
@@ -285,6 +291,7 @@ int train(const Args& a) {
 int main(int argc, char** argv) try {
   const Args a = parse(argc, argv);
   if (a.reproducible) dtrain::enable_reproducibility(*a.reproducible);
+  if (a.fsdp) return train<FsdpTrainer>(a);
   return a.amp ? train<AmpTrainer>(a) : train<PlainTrainer>(a);
 } catch (const dtrain::Error& e) {
   std::cout << "ERROR " << e.what() << std::endl;

@@ -78,16 +78,18 @@ std::string launched_pair(const Box& box, const std::string& args) {
 
 }  // namespace
 
-TEST_CASE("elastic_group_shrinks_and_grows_back: a worker that fails again after its restart is dropped until the smaller group checkpoints") {
+namespace {
+// 1008 samples, 48 a step: 21 steps an epoch. Rank 2 dies after step 4 in attempts 0 and 1 (the
+// restart brings nothing back), so attempt 2 runs 2 workers from the checkpoint at step 3; after
+// its second checkpoint (step 9) the group grows back to 3, which ends the epoch at step 21.
+// `extra`: more flags for the scenario (the Strategy).
+void shrink_and_grow_back(const std::string& extra) {
   Box box;
   const auto trace = box.dir / "trace";
   fs::create_directories(trace);
-  // 1008 samples, 48 a step: 21 steps an epoch. Rank 2 dies after step 4 in attempts 0 and 1 (the
-  // restart brings nothing back), so attempt 2 runs 2 workers from the checkpoint at step 3; after
-  // its second checkpoint (step 9) the group grows back to 3, which ends the epoch at step 21.
   auto [status, out] = box.shell(box.bin(
       "--name el --workers 3 --min-workers 2 --regrow-after 2 --batch 48 --every 3 --steps 21 --kill-rank 2 "
-      "--kill-step 4 --kill-attempts 2 --kill-settled 1 --max-failures 3 --trace '" + trace.string() + "'"));
+      "--kill-step 4 --kill-attempts 2 --kill-settled 1 --max-failures 3 --trace '" + trace.string() + "'" + extra));
   INFO(out);
   REQUIRE(status == 0);
   CHECK_THAT(out, Catch::Contains("continuing with 2 workers") && Catch::Contains("grows back to 3"));
@@ -135,6 +137,17 @@ TEST_CASE("elastic_group_shrinks_and_grows_back: a worker that fails again after
     CHECK(count == 1);
   }
   fs::remove_all(box.dir);
+}
+
+}  // namespace
+
+TEST_CASE("elastic_group_shrinks_and_grows_back: a worker that fails again after its restart is dropped until the smaller group checkpoints") {
+  shrink_and_grow_back("");
+}
+
+// strategy::fsdp<>: each change of count re-cuts the sharded SGD momentum (3 -> 2 -> 3 ranks).
+TEST_CASE("elastic_group_shrinks_and_grows_back_under_fsdp: the sharded optimizer state is re-cut at each change of count") {
+  shrink_and_grow_back(" --fsdp 1");
 }
 
 TEST_CASE("elastic_range_is_validated: min_workers outside 1..num_workers names the fix") {

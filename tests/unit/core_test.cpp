@@ -444,13 +444,16 @@ TEST_CASE("ScalingConfig::min_workers must lie in 1..num_workers", "[config][err
                          MessageContains({"min_workers is 0"}));
   REQUIRE_THROWS_MATCHES((dtrain::ScalingConfig{.num_workers = 2, .regrow_after_checkpoints = 0}.validate()),
                          dtrain::ConfigError, MessageContains({"regrow_after_checkpoints is 0", "at least 1"}));
-  // An elastic range needs checkpoints, and optimizer state that is not sharded over the ranks.
+  // An elastic range needs checkpoints, and optimizer state that is whole or that the Strategy
+  // re-shards (fsdp<> does: both flags).
   const dtrain::ScalingConfig elastic{.num_workers = 3, .min_workers = 2};
   CHECK_NOTHROW(dtrain::launch::check_elastic(dtrain::ScalingConfig{.num_workers = 3}, false, true));
   REQUIRE_THROWS_MATCHES(dtrain::launch::check_elastic(elastic, false, false), dtrain::ConfigError,
                          MessageContains({"checkpointer::directory<>"}));
   REQUIRE_THROWS_MATCHES(dtrain::launch::check_elastic(elastic, true, true), dtrain::ConfigError,
-                         MessageContains({"strategy::fsdp<>", "strategy::ddp<>"}));
+                         MessageContains({"cannot re-shard", "strategy::ddp<>", "strategy::fsdp<>"}));
+  CHECK_NOTHROW(dtrain::launch::check_elastic(elastic, true, true, true));
+  CHECK_NOTHROW(dtrain::launch::check_elastic(elastic, true, false));
 }
 
 TEST_CASE("ElasticSize: the same rank failing twice with no newer checkpoint shrinks the group to min_workers at most", "[elastic]") {

@@ -225,16 +225,7 @@ class Checkpoint {
   /// optimizer over full parameters, or the reverse, throws ConfigError: the two do not convert.
   template <class Optimizer>
   void load_optimizer_of_rank(Optimizer& optimizer, int rank, bool sharded) const {
-    const bool saved_sharded = std::filesystem::exists(path_ / files::rank_optimizer(0));
-    if (saved_sharded != sharded)
-      throw ConfigError(path_.string() + ": its optimizer state was saved " +
-                        (saved_sharded ? "sharded over " + std::to_string(world_size_) + " ranks (strategy::fsdp<>)"
-                                       : std::string("whole (strategy::ddp<>)")) +
-                        ", and this optimizer is over " +
-                        (sharded ? "this rank's fsdp<> shards" : "full parameters") +
-                        "; the two do not convert. Load the weights only (ctx.restore(ck, model) in a train loop, "
-                        "Checkpoint::restore(model) or load_model(model) elsewhere: model.pt converts between ddp<> "
-                        "and fsdp<>), and let the optimizer start afresh");
+    const bool saved_sharded = optimizer_saved_sharded(sharded);
     std::filesystem::path file = path_ / files::optimizer;
     if (saved_sharded) {
       if (rank < 0 || rank >= world_size_)
@@ -250,6 +241,16 @@ class Checkpoint {
     // LibTorch's load drops the saved param-group options (lr, momentum, betas, ...): set them.
     if constexpr (std::is_base_of_v<torch::optim::Optimizer, Optimizer>)
       detail::restore_group_options(optimizer, archive, file.string());
+  }
+
+  /// The files of optimizer state sharded over the ranks that saved it (strategy::fsdp<>), one per
+  /// saved rank in rank order, for a group of another size to re-cut. Throws ConfigError when the
+  /// state was saved whole (strategy::ddp<>).
+  std::vector<std::filesystem::path> sharded_optimizer_files() const {
+    optimizer_saved_sharded(true);
+    std::vector<std::filesystem::path> out;
+    for (int r = 0; r < world_size_; ++r) out.push_back(path_ / files::rank_optimizer(r));
+    return out;
   }
 
   /// Rank `rank`'s default CPU generator as saved; a no-op when the checkpoint was saved by a
@@ -350,6 +351,32 @@ class Checkpoint {
   void mark_for_worker() { in_worker_ = true; }
 
  private:
+  // Whether the optimizer state was saved sharded (per rank); ConfigError when that is not
+  // `sharded`, what the loading optimizer is over: the two do not convert.
+  // optimizer.pt's marker says so too when rank 0's file is missing.
+  bool optimizer_saved_sharded(bool sharded) const {
+    bool saved_sharded = std::filesystem::exists(path_ / files::rank_optimizer(0));
+    if (!saved_sharded) {
+      torch::serialize::InputArchive marker;
+      torch::Tensor world;
+      try {
+        marker.load_from((path_ / files::optimizer).string());
+        saved_sharded = marker.try_read(detail::sharded_optimizer_key, world);
+      } catch (const c10::Error&) {
+      }
+    }
+    if (saved_sharded != sharded)
+      throw ConfigError(path_.string() + ": its optimizer state was saved " +
+                        (saved_sharded ? "sharded over " + std::to_string(world_size_) + " ranks (strategy::fsdp<>)"
+                                       : std::string("whole (strategy::ddp<>)")) +
+                        ", and this optimizer is over " +
+                        (sharded ? "this rank's fsdp<> shards" : "full parameters") +
+                        "; the two do not convert. Load the weights only (ctx.restore(ck, model) in a train loop, "
+                        "Checkpoint::restore(model) or load_model(model) elsewhere: model.pt converts between ddp<> "
+                        "and fsdp<>), and let the optimizer start afresh");
+    return saved_sharded;
+  }
+
   template <class M>
   static torch::nn::Module& as_module(M& m) {
     if constexpr (std::is_base_of_v<torch::nn::Module, M>) return m;

@@ -16,6 +16,7 @@
 #include <dtrain/checkpointer/checkpoint.hpp>
 #include <dtrain/concept/archetypes.hpp>
 #include <dtrain/detail/memory.hpp>
+#include <dtrain/error.hpp>
 #include <dtrain/policy/category.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -32,6 +33,10 @@ DTRAIN_NAMESPACE_BEGIN
 /// Optional members (defaults in strategy_traits)
 /// - `static constexpr bool shards_optimizer` (default false): the optimizer steps this rank's
 ///   shards, so each rank checkpoints its own optimizer state.
+/// - `static constexpr bool reshards_optimizer` (default false): with shards_optimizer, a run of
+///   another worker count loads the saved shards through
+///   `state::load_resharded_optimizer(optimizer, files)` (one file per saved rank, rank order);
+///   without it such a resume, and an elastic range, is a ConfigError.
 /// - `state::parameters()` (default: the module's parameters): what the optimizer steps.
 /// - `state::forward(f)` (default: `f()`): runs the model's forward `f` (gathering around it).
 /// - `state::full_state()` (default: the module's parameters and buffers by name, cloned, on rank
@@ -67,6 +72,28 @@ struct strategy_traits {
     if constexpr (requires { S::shards_optimizer; }) return bool(S::shards_optimizer);
     else return false;
   }();
+
+  /// S::reshards_optimizer, or false.
+  static constexpr bool reshards_optimizer = [] {
+    if constexpr (requires { S::reshards_optimizer; }) return bool(S::reshards_optimizer);
+    else return false;
+  }();
+
+  /// s.load_resharded_optimizer(optimizer, ck's sharded optimizer files), the optimizer state that
+  /// ck's ranks saved re-cut for this world; ConfigError naming the count it needs for a Strategy
+  /// that cannot re-shard.
+  template <class State, class Optimizer>
+  static void load_resharded_optimizer(State& s, Optimizer& optimizer, const checkpointer::Checkpoint& ck, int world) {
+    if constexpr (reshards_optimizer) {
+      s.load_resharded_optimizer(optimizer, ck.sharded_optimizer_files());
+    } else {
+      throw ConfigError(ck.path().string() + " was written by " + std::to_string(ck.world_size()) +
+                        " workers; the Strategy shards its optimizer state over them and cannot re-shard it, and "
+                        "this run has " + std::to_string(world) + ". Resume it with ScalingConfig::num_workers = " +
+                        std::to_string(ck.world_size()) + ", or restore the weights only with ctx.restore(ck, model) "
+                        "and let the optimizer start afresh");
+    }
+  }
 
   /// The tensors to build the optimizer over: s.parameters(), or the module's parameters.
   template <class State>

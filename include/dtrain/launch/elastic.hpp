@@ -41,8 +41,10 @@ inline bool regrow_due(const WorkerIdentity& who, const ScalingConfig& scaling, 
   return who.store_on_driver && who.world_size < scaling.num_workers && checkpoints >= scaling.regrow_after_checkpoints;
 }
 
-/// An elastic range needs checkpoints to resume from, and whole (not sharded) optimizer state.
-inline void check_elastic(const ScalingConfig& scaling, bool persists, bool shards_optimizer) {
+/// An elastic range needs checkpoints to resume from, and optimizer state that a group of another
+/// size can load: whole, or sharded by a Strategy that re-shards it (strategy::fsdp<> does).
+inline void check_elastic(const ScalingConfig& scaling, bool persists, bool shards_optimizer,
+                          bool reshards_optimizer = false) {
   if (!scaling.elastic()) return;
   const std::string range = "ScalingConfig::min_workers = " + std::to_string(scaling.minimum_workers()) +
                             " < num_workers = " + std::to_string(scaling.num_workers);
@@ -50,10 +52,11 @@ inline void check_elastic(const ScalingConfig& scaling, bool persists, bool shar
     throw ConfigError(range + " makes the group elastic, which resumes each smaller or larger group from the "
                       "latest checkpoint; add dtrain::checkpointer::directory<> to the Trainer's policies, or "
                       "leave min_workers unset");
-  if (shards_optimizer)
-    throw ConfigError(range + ", but the Trainer's Strategy shards the optimizer state over the ranks "
-                      "(strategy::fsdp<>), and a sharded checkpoint resumes only with the world size that wrote "
-                      "it; use strategy::ddp<> for an elastic group, or leave min_workers unset");
+  if (shards_optimizer && !reshards_optimizer)
+    throw ConfigError(range + ", but the Trainer's Strategy shards the optimizer state over the ranks and "
+                      "cannot re-shard it (no reshards_optimizer), so its checkpoint resumes only with the world "
+                      "size that wrote it; use strategy::ddp<> or strategy::fsdp<> (which re-shards), or leave "
+                      "min_workers unset");
 }
 
 /// The driver's choice of each group's size, and why it changed.

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -24,6 +25,8 @@
 #include <dtrain/strategy/assignment.hpp>
 #include <dtrain/strategy/detail/flat_storage.hpp>
 #include <dtrain/strategy/detail/fsdp_full_state.hpp>
+#include <dtrain/strategy/detail/fsdp_grad_views.hpp>
+#include <dtrain/strategy/detail/fsdp_reshard.hpp>
 #include <dtrain/strategy/detail/gradient_hooks.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -83,8 +86,10 @@ struct fsdp {
   static constexpr const char* name = "fsdp";
   static constexpr sharding mode = Mode;
   static constexpr wrap units = Units;
-  /// The optimizer steps shards, so each rank checkpoints its own optimizer state.
+  /// The optimizer steps shards, so each rank checkpoints its own optimizer state; a run of
+  /// another worker count re-cuts it (state::load_resharded_optimizer).
   static constexpr bool shards_optimizer = true;
+  static constexpr bool reshards_optimizer = true;
 
   template <class Communicator>
   class state {
@@ -136,6 +141,15 @@ struct fsdp {
     /// tensor; `source` names where they came from.
     void load_full_state(const std::map<std::string, torch::Tensor>& state, const std::string& source) {
       detail::load_full_state(*impl_, state, source);
+    }
+
+    /// Loads into `optimizer` (a torch::optim::Optimizer over parameters()) the optimizer state
+    /// that the ranks of another world saved, one file per saved rank in rank order: each unit's
+    /// state re-cut for this world (detail/fsdp_reshard.hpp). Throws Error naming a missing or
+    /// damaged file, or a value the saved ranks disagree on.
+    template <class Optimizer>
+    void load_resharded_optimizer(Optimizer& optimizer, const std::vector<std::filesystem::path>& saved) {
+      detail::load_resharded_optimizer(*impl_, optimizer, saved);
     }
 
     /// Bytes of parameters and gradients this rank holds now (shards, their gradients, anything
@@ -290,7 +304,7 @@ struct fsdp {
               if (auto me = weak.lock()) {
                 me->hooks.queue_finish();
                 me->gather_all();
-                me->prepare_grads();
+                detail::prepare_grads(*me);
               }
             });
             reshard_all();
@@ -298,57 +312,9 @@ struct fsdp {
           }
         }
         // Other outputs (tuples...) under full_shard keep the parameters through backward.
-        if (needs_backward) prepare_grads();
+        if (needs_backward) detail::prepare_grads(*this);
         else reshard_all();
         return out;
-      }
-
-      void ensure_grad_full(unit& u) {
-        if (!u.grad_full.defined()) u.grad_full = detail::flat_zeros(u.padded(), u.shard.options().requires_grad(false));
-      }
-
-      std::size_t slot_of(const unit& u, std::size_t k) const {
-        std::size_t i = 0;
-        while (u.params[i] != k) ++i;
-        return i;
-      }
-      torch::Tensor slot(unit& u, std::size_t k) {
-        const auto i = slot_of(u, k);
-        return u.grad_full.narrow(0, u.offsets[i], numel_of(k));
-      }
-      bool aliased(std::size_t k) {
-        auto& u = units[unit_of[k]];
-        const auto& g = params[k].grad();
-        return u.grad_full.defined() && g.defined() && g.data_ptr() == slot(u, k).data_ptr();
-      }
-
-      // Before backward: each parameter's .grad becomes a view of its unit's flat gradient, so
-      // autograd accumulates straight into it (no second full-size copy). A .grad that was
-      // replaced (module zero_grad, or assigned) is copied in and pointed back.
-      void prepare_grads() {
-        torch::NoGradGuard no_grad;
-        for (auto& u : units) {
-          ensure_grad_full(u);
-          for (std::size_t k : u.params) {
-            if (aliased(k)) continue;
-            auto& g = params[k].mutable_grad();
-            auto s = slot(u, k);
-            if (g.defined()) s.copy_(g.reshape({-1}));
-            g = s.view(shapes[k]);
-          }
-        }
-      }
-
-      void take_grad(std::size_t k) {
-        auto& u = units[unit_of[k]];
-        ensure_grad_full(u);
-        if (!aliased(k)) {
-          auto& g = params[k].mutable_grad();
-          if (g.defined()) slot(u, k).copy_(g.reshape({-1}));
-          else slot(u, k).zero_();
-          g = slot(u, k).view(shapes[k]);
-        }
-        --u.pending;
       }
 
       void on_grad_ready(std::size_t k) {
@@ -356,7 +322,7 @@ struct fsdp {
         if (!sync || ready[k]) return;
         ready[k] = true;
         torch::NoGradGuard no_grad;
-        take_grad(k);
+        detail::take_grad(*this, k);
         launch_ready();
       }
 
@@ -364,7 +330,7 @@ struct fsdp {
         while (next_launch < units.size()) {
           auto& u = units[units.size() - 1 - next_launch];
           if (u.pending > 0) break;
-          ensure_grad_full(u);
+          detail::ensure_grad_full(u);
           // The reduce-scatter uses the flat gradient as scratch: the aliases go first.
           for (std::size_t k : u.params) params[k].mutable_grad().reset();
           u.grad_piece = torch::empty({u.shard_numel}, u.grad_full.options());
@@ -382,7 +348,7 @@ struct fsdp {
           for (std::size_t k = 0; k < params.size(); ++k)
             if (!ready[k]) {
               ready[k] = true;
-              take_grad(k);
+              detail::take_grad(*this, k);
             }
           launch_ready();
           stats.reduce_scatter_wait_s += detail::wait_for_gradients(units, &unit::work, buffers, comm);
