@@ -3,6 +3,7 @@
 // worker that cannot be brought back, and under torchrun-style variables and Debian's torchrun.
 
 #include "../dtrain_catch.hpp"
+#include "../loopback_port.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -54,21 +55,9 @@ struct Box {
   }
 };
 
-std::string free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return std::to_string(ntohs(addr.sin_port));
-}
-
 // Two ranks under torchrun's variables on loopback, each alone on its "host"; prints "status A B".
 std::string launched_pair(const Box& box, const std::string& args) {
-  const auto port = free_port();
+  const auto port = dtrain_test::free_loopback_port();
   auto rank = [&](int r) {
     return "env RANK=" + std::to_string(r) + " LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=" + std::to_string(r) +
            " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " " + box.bin(args);

@@ -3,6 +3,7 @@
 // loopback; these tests run it and check its output, exit status, files and leftover processes.
 
 #include "../dtrain_catch.hpp"
+#include "../loopback_port.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -226,15 +227,7 @@ TEST_CASE("a MASTER_PORT in use is reported, naming the port", "[multirank][rend
 
 TEST_CASE("a rendezvous that never completes names the missing ranks", "[multirank][rendezvous]") {
   // Rank 0 of 3 under an external launcher's variables: ranks 1 and 2 never come.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const std::string port = std::to_string(ntohs(addr.sin_port));
-  close(fd);  // free again: rank 0 hosts the store there
+  const std::string port = dtrain_test::free_loopback_port();  // rank 0 hosts the store there
   const auto tag = unique_tag();
   auto r = scenario("equivalence --rendezvous-ms 1500", tag, "RANK=0 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port);
   INFO(r.output);
@@ -279,15 +272,7 @@ TEST_CASE("gloo's flat allgather and emulated reduce_scatter give exact results"
   }
   // Gloo's own path: two ranks under an external launcher's variables, each alone on its "host"
   // (LOCAL_WORLD_SIZE=1), so the shared-memory channel stays off. A wrong result exits with 1.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const std::string port = std::to_string(ntohs(addr.sin_port));
-  close(fd);
+  const std::string port = dtrain_test::free_loopback_port();
   auto rank = [&](int r) {
     return "env RANK=" + std::to_string(r) + " LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=" + std::to_string(r) +
            " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " '" + SCENARIOS_BIN + "' collectives --tag " + tag;
@@ -692,15 +677,7 @@ namespace {
 // With `stopped_rank_1`, rank 1 is expected to stop itself (SIGSTOP): once rank 0 has ended, it
 // is killed, and only rank 0's status is printed.
 std::string launched_pair(const std::string& args, const std::string& tag, bool stopped_rank_1 = false) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const std::string port = std::to_string(ntohs(addr.sin_port));
-  close(fd);
+  const std::string port = dtrain_test::free_loopback_port();
   const fs::path dir = fs::temp_directory_path() / ("dtrain_multirank_" + tag);
   fs::create_directories(dir);
   auto rank = [&](int r) {
@@ -774,15 +751,7 @@ namespace {
 // communicator builds its hierarchy on loopback. `env` adds variables (NAME=VALUE ...). Prints every
 // rank's output, then "status A B C D".
 std::string launched_two_hosts(const std::string& args, const std::string& tag, const std::string& env = "") {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const std::string port = std::to_string(ntohs(addr.sin_port));
-  close(fd);
+  const std::string port = dtrain_test::free_loopback_port();
   const fs::path dir = fs::temp_directory_path() / ("dtrain_multirank_" + tag);
   fs::create_directories(dir);
   std::string cmd = "cd '" + dir.string() + "' && (";
