@@ -76,9 +76,13 @@ class SnapshotBuffers {
     return source.detach().clone();
   }
 
-  /// Keeps `tensor` under `name` for the next snapshot (CPU tensors only).
-  void keep(const std::string& name, at::Tensor tensor) {
-    if (tensor.defined() && tensor.device().is_cpu()) next_.insert_or_assign(name, std::move(tensor));
+  /// Keeps `tensor`'s memory under `name` for the next snapshot (CPU tensors only). What is kept is
+  /// another tensor over the same storage, not `tensor` itself: torch's pickler memoizes a tensor
+  /// referenced more than once, so holding `tensor` would change the bytes its snapshot writes.
+  void keep(const std::string& name, const at::Tensor& tensor) {
+    if (!tensor.defined() || !tensor.device().is_cpu()) return;
+    next_.insert_or_assign(name, at::empty({0}, tensor.options())
+                                     .set_(tensor.storage(), tensor.storage_offset(), tensor.sizes(), tensor.strides()));
   }
 
   /// Ends a snapshot: what it kept becomes what the next one may reuse; buffers it did not ask for
