@@ -10,8 +10,10 @@
 // waits for the previous write: what is measured is the training thread's own part). It prints
 // one JSON line: the model's size, the seconds the training thread spent in ctx.checkpoint() and
 // ctx.report() (blocked_s, as ctx.checkpoint_stats() counts it), the seconds the writes took
-// (write_s), their ratio, and the median step time with and without a write running beside it. benchmarks/checkpoint_stall.py runs it async and --sync
-// alternately and prints the medians side by side.
+// (write_s), their ratio, the first checkpoint() call's seconds apart from the later ones' (the first
+// copies into new memory, the later ones into the previous snapshot's buffers), and the median step
+// time with and without a write running beside it. benchmarks/checkpoint_stall.py runs it async and
+// --sync alternately and prints the medians side by side.
 
 #include <dtrain/dtrain.hpp>
 
@@ -110,7 +112,7 @@ int run(const Options& opt) {
     auto model = ctx.prepare_model(make_model(opt.mb));
     torch::optim::Adam adam(ctx.parameters(model), torch::optim::AdamOptions(1e-4));
     std::vector<double> quiet_steps, writing_steps;  // steps without and with a write beside them
-    double in_checkpoint = 0, in_report = 0;
+    double in_checkpoint = 0, in_report = 0, first_checkpoint = 0;
     auto seconds = [](auto t0) { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
     int written = 0;
     std::int64_t since_checkpoint = -1;  // steps since the last checkpoint; -1: none yet
@@ -132,7 +134,9 @@ int run(const Options& opt) {
         if (into < opt.seconds_between) continue;
         const auto c0 = std::chrono::steady_clock::now();
         auto snapshot = ctx.checkpoint(model, adam);
-        in_checkpoint += seconds(c0);
+        const double took_checkpoint = seconds(c0);
+        in_checkpoint += took_checkpoint;
+        if (written == 0) first_checkpoint = took_checkpoint;
         const auto r0 = std::chrono::steady_clock::now();
         ctx.report({{"checkpoint", ++written}}, std::move(snapshot));
         in_report += seconds(r0);
@@ -142,7 +146,7 @@ int run(const Options& opt) {
       }
       if (written == opt.checkpoints) break;
     }
-    ctx.report({{"in_checkpoint_s", in_checkpoint}, {"in_report_s", in_report},
+    ctx.report({{"in_checkpoint_s", in_checkpoint}, {"in_report_s", in_report}, {"first_checkpoint_s", first_checkpoint},
                 {"quiet_step_s", median(quiet_steps)}, {"writing_step_s", median(writing_steps)}});
   });
   const auto& st = *result.checkpoint_stats;
@@ -155,6 +159,7 @@ int run(const Options& opt) {
                          {"blocked_over_write", st.write_s > 0 ? st.blocked_s / st.write_s : 0},
                          {"in_checkpoint_s", m.at("in_checkpoint_s").number()},
                          {"in_report_s", m.at("in_report_s").number()},
+                         {"first_checkpoint_s", m.at("first_checkpoint_s").number()},
                          {"quiet_step_s", m.at("quiet_step_s").number()},
                          {"writing_step_s", m.at("writing_step_s").number()}};
   double bytes = 0;

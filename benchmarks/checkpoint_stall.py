@@ -8,8 +8,10 @@
 Runs benchmarks/checkpoint_stall.cpp alternately with checkpointer::directory<true> (async) and
 directory<false> (sync), `repeats` times each, and prints the medians: the seconds the training
 thread was held up by checkpoints (blocked), the seconds the writes took, the ratio blocked / write
-(issue 15's target: <= 0.05 async), async's blocked against sync's, and the step time while a
-write runs beside it against a step with none (the cores the writer takes from training).
+(issue 15's target: <= 0.05 async), the first checkpoint() apart from the later ones (the first
+copies into new memory, the later ones into the previous snapshot's buffers) and the later ones'
+share of a write, async's blocked against sync's, and the step time while a write runs beside it
+against a step with none (the cores the writer takes from training).
 """
 import argparse
 import json
@@ -55,6 +57,11 @@ a, s = runs["async"][0], runs["sync"][0]
 print("model %.0f MB of parameters (+ Adam's two copies), %d checkpoints a run, median of %d runs, load average %s"
       % (a["model_mb"], a["checkpoints"], args.repeats, " ".join("%.2f" % x for x in os.getloadavg())))
 for mode in ("async", "sync"):
+    n = a["checkpoints"]
+    if n > 1 and all("first_checkpoint_s" in r for r in runs[mode]):
+        later = statistics.median((r["in_checkpoint_s"] - r["first_checkpoint_s"]) / (n - 1) for r in runs[mode])
+        print("%-5s checkpoint(): first %.3f s, later ones %.3f s each; a later one / one write %.3f"
+              % (mode, med(mode, "first_checkpoint_s"), later, later / (med(mode, "write_s") / n)))
     print("%-5s blocked %.3f s (in checkpoint() %.3f, in report() %.3f) | writes %.3f s | blocked / write %.3f | "
           "step beside a write %.1f ms, without %.1f ms (x%.2f)"
           % (mode, med(mode, "blocked_s"), med(mode, "in_checkpoint_s"), med(mode, "in_report_s"), med(mode, "write_s"),

@@ -21,6 +21,7 @@
 
 #include <dtrain/checkpointer/checkpoint.hpp>
 #include <dtrain/checkpointer/selection.hpp>
+#include <dtrain/checkpointer/snapshot_buffers.hpp>
 #include <dtrain/checkpointer/write.hpp>
 #include <dtrain/collective.hpp>
 #include <dtrain/concept/backend.hpp>
@@ -388,6 +389,7 @@ class Context {
   sampler::EpochCursor cursor_;
   tracking::ProgressMeter meter_;
   checkpointer_state checkpoints_;
+  checkpointer::detail::SnapshotBuffers snapshot_buffers_;  // the previous snapshot's tensors, to copy into
   std::int64_t steps_ = 0, reports_ = 0, syncs_ = 0;
   int group_checkpoints_ = 0;  // checkpoints this group saved (an elastic group regrows after some)
   launch::StopRequest stop_;

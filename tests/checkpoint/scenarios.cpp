@@ -5,7 +5,10 @@
 //
 //   checkpoint_scenarios --name NAME [--storage DIR] [--workers N] [--steps K] [--every E]
 //       [--kill-step S] [--kill-rank R] [--kill-attempts A] [--kill-always 1] [--max-failures F] [--keep N] [--score ATTR]
-//       [--order min|max] [--resume-from DIR] [--fault-iteration I] [--out FILE] [--sync 1]
+//       [--order min|max] [--resume-from DIR] [--fault-iteration I] [--out FILE]
+//       [--sync 1]         checkpointer::directory<false>: every write done within report() (not with --amp or --fsdp)
+//       [--hold-snapshots 1]  the loop keeps a copy of every Snapshot, so that no checkpoint's copies
+//                          go into the buffers of an earlier one (SnapshotBuffers falls back to new memory)
 //       [--user-state 1]   a vocabulary file and a learning-rate schedule in every checkpoint
 //       [--amp 1]          amp<bf16> with a GradScaler whose scale grows every 3 steps
 //       [--schedule cosine|plateau]  schedule::WarmupCosine stepped every step, or
@@ -41,6 +44,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -53,6 +57,7 @@ struct Args {
   int kill_rank = 1, kill_attempts = 1, min_workers = 0, regrow_after = 2;
   bool kill_settled = false;
   bool kill_always = false, user_state = false, amp = false, fresh = false, final_checkpoint = false, fsdp = false;
+  bool sync = false, hold_snapshots = false;
   std::optional<std::uint64_t> seed, reproducible;
   std::int64_t batch = 32;
 };
@@ -86,6 +91,8 @@ Args parse(int argc, char** argv) {
     else if (f == "--fsdp") a.fsdp = v == "1";
     else if (f == "--schedule") a.schedule = v;
     else if (f == "--fresh") a.fresh = v == "1";
+    else if (f == "--sync") a.sync = v == "1";
+    else if (f == "--hold-snapshots") a.hold_snapshots = v == "1";
     else if (f == "--final") a.final_checkpoint = v == "1";
     else if (f == "--hidden") a.hidden = std::stoi(v);
     else if (f == "--seed") a.seed = std::stoull(v);
@@ -155,6 +162,8 @@ struct fast_growth {
   static constexpr bool enabled = true;
   static constexpr dtrain::precision::GradScalerOptions options{.init_scale = 1024, .growth_interval = 3};
 };
+using SyncTrainer = dtrain::Trainer<torch::nn::Sequential, dtrain::data::TensorDataset, dtrain::checkpointer::directory<false>>;
+
 using AmpTrainer = dtrain::Trainer<torch::nn::Sequential, dtrain::data::TensorDataset, dtrain_test::crashing_directory,
                                    dtrain::precision::amp<dtrain::precision::bf16, fast_growth>>;
 using FsdpTrainer = dtrain::Trainer<torch::nn::Sequential, dtrain::data::TensorDataset, dtrain_test::crashing_directory,
@@ -182,6 +191,7 @@ int train(const Args& a) {
     auto model = ctx.prepare_model(small_model(a.hidden));
     torch::optim::SGD sgd(ctx.parameters(model), torch::optim::SGDOptions(0.05).momentum(0.9));
     StepDecay decay;
+    std::vector<dtrain::checkpointer::Snapshot> held;  // --hold-snapshots: copies share the tensors
     // Built before the restore, as a user would: load() sets the saved rates and counters.
     std::optional<dtrain::schedule::WarmupCosine> cosine;
     std::optional<dtrain::schedule::ReduceLROnPlateau> plateau;
@@ -244,6 +254,7 @@ int train(const Args& a) {
           const auto s = ctx.steps();
           if (plateau) plateau->step(ctx.all_reduce(loss.item<double>()));
           auto snapshot = ctx.checkpoint(model, sgd, {{"extra_steps", s}});
+          if (a.hold_snapshots) held.push_back(snapshot);
           if (cosine) snapshot.with_object(dtrain::schedule::checkpoint_name, *cosine);
           if (plateau) snapshot.with_object(dtrain::schedule::checkpoint_name, *plateau);
           if (a.user_state) {
@@ -291,7 +302,9 @@ int train(const Args& a) {
 int main(int argc, char** argv) try {
   const Args a = parse(argc, argv);
   if (a.reproducible) dtrain::enable_reproducibility(*a.reproducible);
+  if (a.sync + a.amp + a.fsdp > 1) throw std::invalid_argument("--sync 1, --amp 1 and --fsdp 1 are built one at a time; pass one");
   if (a.fsdp) return train<FsdpTrainer>(a);
+  if (a.sync) return train<SyncTrainer>(a);
   return a.amp ? train<AmpTrainer>(a) : train<PlainTrainer>(a);
 } catch (const dtrain::Error& e) {
   std::cout << "ERROR " << e.what() << std::endl;

@@ -26,6 +26,7 @@
 #include <torch/optim/sgd.h>
 #include <torch/types.h>
 
+#include <dtrain/checkpointer/snapshot_buffers.hpp>
 #include <dtrain/error.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -196,9 +197,11 @@ inline std::optional<c10::IValue> python_optimizer_state(const torch::optim::Opt
 /// copy of itself to update from now on, so that the tensors referenced before (by an
 /// OutputArchive that optimizer.save() filled, by python_optimizer_state(optimizer, false)) keep
 /// this moment's values while a writer serializes them. The copy is a memcpy on the training
-/// thread; the serialization (pickling, zip CRCs) then runs on the writer's. False, changing
-/// nothing, when a state type is not one of these.
-inline bool renew_state_tensors(torch::optim::Optimizer& optimizer) {
+/// thread; the serialization (pickling, zip CRCs) then runs on the writer's. With `buffers` the
+/// copies go into the state tensors an earlier snapshot referenced, once nothing else holds them
+/// (see SnapshotBuffers), and this snapshot's are kept for the next. False, changing nothing, when
+/// a state type is not one of these.
+inline bool renew_state_tensors(torch::optim::Optimizer& optimizer, SnapshotBuffers* buffers = nullptr) {
   using namespace torch::optim;
   for (const auto& [key, state] : optimizer.state()) {
     const auto* s = state.get();
@@ -207,22 +210,31 @@ inline bool renew_state_tensors(torch::optim::Optimizer& optimizer) {
         !dynamic_cast<const AdagradParamState*>(s))
       return false;
   }
-  auto renewed = [](const at::Tensor& t) { return t.defined() ? t.clone() : t; };
   for (auto& [key, state] : optimizer.state()) {
+    std::ostringstream name;
+    name << "optimizer/" << key << '/';
+    auto renewed = [&](const at::Tensor& t, const char* field) {
+      if (!t.defined()) return t;
+      if (!buffers) return t.clone();
+      auto copy = buffers->copy(name.str() + field, t);
+      buffers->keep(name.str() + field, t);  // the snapshot's: free again once its write is done
+      return copy;
+    };
     auto* s = state.get();
     if (auto* sgd = dynamic_cast<SGDParamState*>(s)) {
-      sgd->momentum_buffer(renewed(sgd->momentum_buffer()));
+      sgd->momentum_buffer(renewed(sgd->momentum_buffer(), "momentum_buffer"));
     } else if (auto* adam = dynamic_cast<AdamParamState*>(s)) {
-      adam->exp_avg(renewed(adam->exp_avg())).exp_avg_sq(renewed(adam->exp_avg_sq()));
-      adam->max_exp_avg_sq(renewed(adam->max_exp_avg_sq()));
+      adam->exp_avg(renewed(adam->exp_avg(), "exp_avg")).exp_avg_sq(renewed(adam->exp_avg_sq(), "exp_avg_sq"));
+      adam->max_exp_avg_sq(renewed(adam->max_exp_avg_sq(), "max_exp_avg_sq"));
     } else if (auto* adamw = dynamic_cast<AdamWParamState*>(s)) {
-      adamw->exp_avg(renewed(adamw->exp_avg())).exp_avg_sq(renewed(adamw->exp_avg_sq()));
-      adamw->max_exp_avg_sq(renewed(adamw->max_exp_avg_sq()));
+      adamw->exp_avg(renewed(adamw->exp_avg(), "exp_avg")).exp_avg_sq(renewed(adamw->exp_avg_sq(), "exp_avg_sq"));
+      adamw->max_exp_avg_sq(renewed(adamw->max_exp_avg_sq(), "max_exp_avg_sq"));
     } else if (auto* rms = dynamic_cast<RMSpropParamState*>(s)) {
-      rms->square_avg(renewed(rms->square_avg())).momentum_buffer(renewed(rms->momentum_buffer()));
-      rms->grad_avg(renewed(rms->grad_avg()));
+      rms->square_avg(renewed(rms->square_avg(), "square_avg"))
+          .momentum_buffer(renewed(rms->momentum_buffer(), "momentum_buffer"));
+      rms->grad_avg(renewed(rms->grad_avg(), "grad_avg"));
     } else if (auto* ada = dynamic_cast<AdagradParamState*>(s)) {
-      ada->sum(renewed(ada->sum()));
+      ada->sum(renewed(ada->sum(), "sum"));
     }
   }
   return true;

@@ -158,7 +158,12 @@ void write_user_state(const std::filesystem::path& tmp, const Snapshot& s, Add&&
   auto put = [&](const std::string& name, const std::string& bytes) {
     add(name, bytes.size(), write_file(tmp / name, bytes));
   };
-  if (s.python_optimizer) put(files::python_optimizer, torch_save_bytes(*s.python_optimizer));
+  if (s.python_optimizer) {
+    // Pickled from a shallow copy: torch's pickler memoizes a container referenced more than once,
+    // so a user's copy of the Snapshot would otherwise change the file's bytes (not its values).
+    const auto& state = *s.python_optimizer;
+    put(files::python_optimizer, torch_save_bytes(state.isGenericDict() ? c10::IValue(state.toGenericDict().copy()) : state));
+  }
   if (!s.precision.empty()) put(files::precision, s.precision);
   auto put_all = [&](const char* dir, const std::map<std::string, std::string>& named, const char* suffix) {
     if (named.empty()) return;

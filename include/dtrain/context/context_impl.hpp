@@ -129,7 +129,10 @@ checkpointer::Snapshot Context<Policies>::checkpoint(const Module& model, Optimi
   const auto t0 = std::chrono::steady_clock::now();
   checkpoints_.wait();
   checkpointer::Snapshot s;
-  s.model = full_state(model);
+  // A strategy that keeps the model whole (ddp<>): rank 0 copies it into the previous snapshot's
+  // buffers, memory already faulted in, once that write is done (issue 15's stall).
+  if constexpr (requires(strategy_state& st) { st.full_state(); }) s.model = full_state(model);
+  else if (world_rank() == 0) s.model = snapshot_buffers_.model_state(detail::as_module(model));
   s.has_model = world_rank() == 0;
   if constexpr (strategy_ops::shards_optimizer) {
     check_optimizer(optimizer);
@@ -143,7 +146,7 @@ checkpointer::Snapshot Context<Policies>::checkpoint(const Module& model, Optimi
       auto archive = std::make_shared<torch::serialize::OutputArchive>();
       optimizer.save(*archive);
       auto python = checkpointer::detail::python_optimizer_state(optimizer, /*copy=*/false);
-      if (python && checkpointer::detail::renew_state_tensors(optimizer)) {
+      if (python && checkpointer::detail::renew_state_tensors(optimizer, &snapshot_buffers_)) {
         s.optimizer_archive = std::move(archive);
         s.python_optimizer = std::move(python);
       }
@@ -162,6 +165,7 @@ checkpointer::Snapshot Context<Policies>::checkpoint(const Module& model, Optimi
   std::tie(s.epoch, s.position) = cursor_.resume_point();
   s.offset = cursor_.resume_offset();
   s.steps = steps_;
+  snapshot_buffers_.finish();
   checkpoints_.add_blocked(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return s;
 }
