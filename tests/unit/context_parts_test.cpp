@@ -95,6 +95,16 @@ TEST_CASE("Group: rank 0 decides for every rank and its error reaches them", "[c
   CHECK_THAT(errors[2], Catch::Contains("rank 0 could not decide y: no disk"));
 }
 
+TEST_CASE("Group: an empty decision reaches every rank and is never stored as an empty value", "[context][group]") {
+  // LibTorch 1.13's TCPStore leaves a socket corked (40-250 ms) after writing an empty value.
+  const auto store = c10::make_intrusive<c10d::HashStore>();
+  auto g = group_of(2, 0, store);
+  std::vector<std::string> answers(2, "unset");
+  on_ranks(2, [&](int r) { answers[static_cast<std::size_t>(r)] = g[static_cast<std::size_t>(r)].decide("fresh", [] { return std::string(); }); });
+  CHECK(answers == std::vector<std::string>{"", ""});
+  CHECK_FALSE(store->get(g[0].key("fresh")).empty());
+}
+
 TEST_CASE("EpochCursor: a resumed epoch skips its trained batches once and rolls over at its end", "[context][cursor]") {
   d::sampler::EpochCursor c;
   c.resume(2, 3);

@@ -93,6 +93,11 @@ class Group {
   /// Rank 0 computes `choose()` and publishes it under `name`; every rank (rank 0 too) returns it.
   /// When choose() throws on rank 0, rank 0 rethrows and the others throw ConfigError with its
   /// message, instead of waiting for an answer that never comes.
+  ///
+  /// The stored value is never empty ('=' + answer, or '!' + error): LibTorch 1.13's TCPStore
+  /// sends a value's length with MSG_MORE and then no bytes for an empty one, so the socket stays
+  /// corked and the set, and every get of it, arrive 40-250 ms late. An empty answer (a fresh run:
+  /// no checkpoint to resume) cost every rank but 0 about 0.25 s at each start.
   template <class Choose>
   std::string decide(const std::string& name, Choose&& choose) const {
     if (who_.rank == 0) {
@@ -103,13 +108,17 @@ class Group {
         store_->set(key(name), to_bytes(std::string("!") + e.what()));
         throw;
       }
-      store_->set(key(name), to_bytes(answer));
+      store_->set(key(name), to_bytes("=" + answer));
       return answer;
     }
-    const auto answer = to_string(store_->get(key(name)));  // waits up to the store's timeout
-    if (!answer.empty() && answer[0] == '!')
-      throw ConfigError("rank 0 could not decide " + name + ": " + answer.substr(1));
-    return answer;
+    const auto stored = to_string(store_->get(key(name)));  // waits up to the store's timeout
+    if (!stored.empty() && stored[0] == '!')
+      throw ConfigError("rank 0 could not decide " + name + ": " + stored.substr(1));
+    if (stored.empty() || stored[0] != '=')
+      throw ConfigError("rank 0's decision on " + name + " reads '" + stored.substr(0, 80) +
+                        "', not one of dtrain's: another program uses this rendezvous store; give each run its own "
+                        "MASTER_PORT");
+    return stored.substr(1);
   }
 
   /// The end of the train loop: publishes this rank's report() count, waits for every rank, and
