@@ -18,8 +18,10 @@ thread per worker) runs, alternately and `repeats` times each:
            as if it ran alone);
   single   (N > 1) the example as one process with N intra-op threads at batch 128: what a user
            would run instead of N workers on this machine;
-  floor    (with --floor) a program that only loads LibTorch and adds two tensors: the startup no
-           LibTorch program can beat.
+  floor    (with --floor) benchmarks/torch_floor.cpp: a program that only loads LibTorch and adds
+           two tensors (load_s), and the same program that then takes the model's first Adam step
+           on a random batch of the per-worker size, one thread (first_step_s): the startup no
+           LibTorch program can beat, without and with the model's own first step.
 The table gives the median of each and the ratios. Peak RSS is that of the largest process of the
 run (the driver or a worker; os.wait4's ru_maxrss, which covers the children each process waited for).
 While dtrain's N-worker run trains, its processes' /proc/PID/smaps is read every second:
@@ -165,7 +167,7 @@ for model in args.models.split(","):
                 runs["concurrent"].append(concurrent_run(args.example, model, workers, GLOBAL_BATCH // workers))
                 runs["single"].append(dtrain_run(args.example, model, 1, GLOBAL_BATCH, threads=workers))
             if args.floor:
-                runs["floor"].append(run([args.floor]))
+                runs["floor"].append(run([args.floor, "--model", model, "--batch", str(GLOBAL_BATCH // workers)]))
             if args.baseline:
                 runs["baseline"].append(dtrain_run(args.baseline, model, workers, GLOBAL_BATCH))
         ours, peer = median(runs["dtrain"], "train_samples_per_s"), median(runs["peer"], "train_samples_per_s")
@@ -180,8 +182,10 @@ for model in args.models.split(","):
         line += " | startup_s dtrain %.2f peer %.2f" % (median(runs["dtrain"], "startup_s"),
                                                         median(runs["peer"], "startup_s"))
         if runs["floor"]:
-            floor = median(runs["floor"], "load_s")
-            line += " floor %.2f (dtrain +%.2f)" % (floor, median(runs["dtrain"], "startup_s") - floor)
+            floor, first = median(runs["floor"], "load_s"), median(runs["floor"], "first_step_s")
+            started = median(runs["dtrain"], "startup_s")
+            line += " floor %.2f (dtrain +%.2f), with the first step %.2f (dtrain +%.2f)" % (
+                floor, started - floor, first, started - first)
         line += " | peak RSS MB dtrain %.0f peer %.0f" % (median(runs["dtrain"], "peak_rss_tree_mb"),
                                                           median(runs["peer"], "peak_rss_tree_mb"))
         # Each process's peak PSS/RSS, from the dtrain run of median throughput.

@@ -22,6 +22,8 @@
 
 #include <dtrain/dtrain.hpp>
 
+#include "fashion_mnist_models.hpp"
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -134,16 +136,6 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// The peer's two models.
-torch::nn::Sequential make_model(const std::string& name) {
-  using namespace torch::nn;
-  if (name == "cnn")
-    return Sequential(Conv2d(Conv2dOptions(1, 32, 3).padding(1)), ReLU(), MaxPool2d(2),
-                      Conv2d(Conv2dOptions(32, 64, 3).padding(1)), ReLU(), MaxPool2d(2), Flatten(),
-                      Linear(64 * 7 * 7, 128), ReLU(), Dropout(0.25), Linear(128, 10));
-  return Sequential(Flatten(), Linear(28 * 28, 256), BatchNorm1d(256), ReLU(), Dropout(0.3), Linear(256, 10));
-}
-
 template <class Strategy>
 using TrainerWith = dtrain::Trainer<torch::nn::Sequential, dtrain::data::FashionMnist,
                                     dtrain::backend::gloo, dtrain::sampler::distributed<>,
@@ -175,7 +167,7 @@ int main(int argc, char** argv) try {
   // (fsdp<>: this rank's shards) and the model is called through ctx.forward.
   auto loop = [&](auto& ctx) {
     torch::manual_seed(opt.seed);
-    auto model = ctx.prepare_model(make_model(opt.model));
+    auto model = ctx.prepare_model(make_fashion_mnist_model(opt.model));
     torch::optim::Adam adam(ctx.parameters(model), torch::optim::AdamOptions(1e-3));
     const auto& train = data.train();
 
@@ -255,7 +247,7 @@ int main(int argc, char** argv) try {
     // order, the confusion matrix summed over the ranks.
     if (auto best = ctx.best_checkpoint()) {
       const auto eval_start = std::chrono::steady_clock::now();
-      auto predictor = Predictor::from_checkpoint(*best, make_model(opt.model), class_names);
+      auto predictor = Predictor::from_checkpoint(*best, make_fashion_mnist_model(opt.model), class_names);
       dtrain::evaluation::ConfusionMatrix cm(10);
       const auto predictions = predictor.predict(ctx, data.test(), 128 * ctx.world_size(), &cm);
       ctx.record_evaluation("best_checkpoint_test", cm, class_names, best->path().string(),
@@ -281,7 +273,7 @@ int main(int argc, char** argv) try {
                 e.at("recall_macro").number(), e.at("recall_weighted").number(), e.at("f1_macro").number(),
                 e.at("f1_weighted").number());
     // Batch prediction in this process: the best checkpoint's answer for the first test images.
-    auto predictor = Predictor::best(result.path, run.checkpoint, make_model(opt.model), class_names);
+    auto predictor = Predictor::best(result.path, run.checkpoint, make_fashion_mnist_model(opt.model), class_names);
     const auto first = data.test().get_batch(torch::arange(3));
     const auto p = predictor.predict(first.data);
     for (std::int64_t i = 0; i < p.size(); ++i)
