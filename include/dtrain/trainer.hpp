@@ -2,8 +2,6 @@
 #pragma once
 // Trainer<Model, Dataset, Policies...>: run a train loop data-parallel on N worker processes.
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -34,6 +32,7 @@
 #include <dtrain/launch/rendezvous.hpp>
 #include <dtrain/launch/restarts.hpp>
 #include <dtrain/launch/stop.hpp>
+#include <dtrain/launch/worker_threads.hpp>
 #include <dtrain/memory.hpp>
 #include <dtrain/policy/resolve.hpp>
 #include <dtrain/result.hpp>
@@ -44,15 +43,6 @@
 DTRAIN_NAMESPACE_BEGIN
 
 namespace detail {
-/// Intra-op threads for this worker, and as many for OpenBLAS, whose own pool would otherwise
-/// compete with torch's (OPENBLAS_NUM_THREADS is read only when the library loads, so a forked
-/// worker needs the call).
-inline void set_worker_threads(int n) {
-  torch::set_num_threads(n);
-  using setter = void (*)(int);
-  if (auto set_blas = reinterpret_cast<setter>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set_blas(n);
-}
-
 template <class M>
 struct module_of {
   using type = M;
@@ -135,7 +125,7 @@ class Trainer {
     std::optional<tracking::RunTracking<policies>> tracked;
     try {
       launch::install_worker_stop_handlers();
-      detail::set_worker_threads(scaling_.threads_per_worker);
+      launch::set_worker_threads(scaling_.threads_per_worker);
       retain_freed_memory_by_default();
       store = launch::connect_store(who, run_.rendezvous_timeout);
       launch::rendezvous(*store, who, run_.rendezvous_timeout);
@@ -329,6 +319,8 @@ class Trainer {
   std::optional<std::string> run_group(Loop& loop, c10d::Store& store, int n, int attempt, bool fork_workers,
                                        Variables& variables) {
     launch::WorkerGroup group;
+    std::optional<launch::BlasThreadsForWorkers> blas;
+    if (fork_workers) blas.emplace(scaling_.threads_per_worker);
     for (int r = 0; r < n; ++r) try {
       if (fork_workers) {
         group.start_fork([&] {
@@ -348,6 +340,7 @@ class Trainer {
       failed_rank_ = r;
       return "training failed: rank " + std::to_string(r) + " could not be started: " + e.what();
     }
+    blas.reset();
     std::optional<std::chrono::steady_clock::time_point> stop_deadline;
     // Finds ranks that are alive but stuck, even when no rank waits for them (every rank stuck).
     launch::ProgressWatchdog watchdog(store, attempt, n, run_.failure.progress_timeout);

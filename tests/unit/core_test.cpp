@@ -16,6 +16,7 @@
 #include <fstream>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -30,6 +31,7 @@
 #include <dtrain/launch/environment.hpp>
 #include <dtrain/launch/process.hpp>
 #include <dtrain/launch/restarts.hpp>
+#include <dtrain/launch/worker_threads.hpp>
 #include <dtrain/memory.hpp>
 #include <dtrain/metrics.hpp>
 #include <dtrain/result.hpp>
@@ -476,6 +478,51 @@ TEST_CASE("ElasticSize: the same rank failing twice with no newer checkpoint shr
   CHECK(fixed.after_failure(1, 0) == "restart");
   CHECK(fixed.after_failure(1, 0) == "restart");
   CHECK(fixed.size() == 2);
+}
+
+namespace {
+long threads_of_this_process() {
+  long n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("A worker forked under BlasThreadsForWorkers starts no OpenBLAS threads of its own", "[threads]") {
+  using namespace dtrain::launch;
+  if (blas_threads() == 0) {
+    WARN("LibTorch does not use OpenBLAS here: nothing to check");
+    return;
+  }
+  const int before_all = blas_threads();
+  set_blas_threads(2);  // the driver's pool, as without OPENBLAS_NUM_THREADS on 2 cores
+  const auto a = torch::rand({256, 256});
+  (void)torch::mm(a, a);
+  for (const bool guarded : {true, false}) {
+    INFO("guarded " << guarded);
+    std::optional<BlasThreadsForWorkers> blas;
+    if (guarded) blas.emplace(1);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {  // the worker: its threads before and after set_worker_threads and a matmul
+      const long before = threads_of_this_process();
+      set_worker_threads(1);
+      (void)torch::mm(a, a);
+      const long started = threads_of_this_process() - before;
+      ::_exit(static_cast<int>(std::min(started, 9L)) * 10 + blas_threads());
+    }
+    blas.reset();
+    CHECK(blas_threads() == 2);  // the driver's count is back
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) % 10 == 1);  // the worker's count is 1 either way
+    // Unguarded, OpenBLAS re-creates its pool in the forked worker (the threads that spin ~0.1 s
+    // at start); guarded, no thread starts.
+    if (guarded) CHECK(WEXITSTATUS(status) / 10 == 0);
+    else CHECK(WEXITSTATUS(status) / 10 > 0);
+  }
+  set_blas_threads(before_all);
 }
 
 TEST_CASE("Restarts: max_failures and max_repeated_failures decide which failed group ends the run", "[restarts]") {
