@@ -4,6 +4,7 @@
 // inside a checkpoint write), damage its files, and check what it resumes from and ends with.
 
 #include "../dtrain_catch.hpp"
+#include "../run_command.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -37,10 +38,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  int status = -1;
-  std::string output;
-};
+using Run = dtrain_test::CommandResult;
 
 // A fresh directory per test, removed when the test passes.
 struct Sandbox {
@@ -56,16 +54,8 @@ struct Sandbox {
 
   // Runs the scenarios program in the sandbox; stdout and stderr together.
   Run scenario(const std::string& args, const std::string& env = "") const {
-    const std::string cmd = "cd '" + dir.string() + "' && " + env + " '" + SCENARIOS_BIN + "' --storage '" +
-                            storage().string() + "' " + args + " 2>&1";
-    Run r;
-    FILE* p = popen(cmd.c_str(), "r");
-    REQUIRE(p != nullptr);
-    char buf[4096];
-    while (std::fgets(buf, sizeof buf, p)) r.output += buf;
-    const int st = pclose(p);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    return r;
+    return dtrain_test::run_command("cd '" + dir.string() + "' && " + env + " '" + SCENARIOS_BIN + "' --storage '" +
+                                    storage().string() + "' " + args);
   }
 };
 
@@ -111,14 +101,7 @@ std::string hex_of(const torch::Tensor& t) {
 Run python(const std::string& script, const std::vector<std::string>& args) {
   std::string cmd = std::string(PYTHON3) + " -c '" + script + "'";
   for (const auto& a : args) cmd += " '" + a + "'";
-  Run r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[1 << 16];
-  while (std::fgets(buf, sizeof buf, p)) r.output += buf;
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
+  return dtrain_test::run_command(cmd);
 }
 
 // Python: load_state(path) is torch.load(path, weights_only=True), except that on torch < 2.0,

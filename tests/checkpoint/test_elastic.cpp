@@ -3,6 +3,7 @@
 // worker that cannot be brought back, and under torchrun-style variables and Debian's torchrun.
 
 #include "../dtrain_catch.hpp"
+#include "../run_command.hpp"
 #include "../loopback_port.hpp"
 
 #include <arpa/inet.h>
@@ -39,14 +40,8 @@ struct Box {
   }
   // Runs a shell command in the box; its output (stdout and stderr) and exit status.
   std::pair<int, std::string> shell(const std::string& command) const {
-    const std::string cmd = "cd '" + dir.string() + "' && (" + command + ") 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    REQUIRE(p != nullptr);
-    std::string out;
-    char buf[4096];
-    while (std::fgets(buf, sizeof buf, p)) out += buf;
-    const int st = pclose(p);
-    return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
+    auto r = dtrain_test::run_command("cd '" + dir.string() + "' && (" + command + ")");
+    return {r.status, std::move(r.output)};
   }
   nlohmann::json outcome(const std::string& name) const {
     std::ifstream in(run(name) / "outcome.json");

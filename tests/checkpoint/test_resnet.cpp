@@ -5,6 +5,7 @@
 // torchvision's) and its eval outputs agree within 1e-5.
 
 #include "../dtrain_catch.hpp"
+#include "../run_command.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -45,14 +46,9 @@ TEST_CASE("ResNet-18 of examples/resnet.hpp loads torchvision's resnet18 state_d
       "x = torch.randn(2, 3, 32, 32)\n"
       "torch.save({\"x\": x, \"y\": m(x).detach()}, os.path.join(d, \"io.pt\"))\n"
       "print(len(m.state_dict()))\n";
-  std::string out;
-  FILE* p = popen((std::string(PYTHON3) + " -c '" + script + "' '" + dir.string() + "' 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p)) out += buf;
-  const int st = pclose(p);
+  const auto [status, out] = dtrain_test::run_command(std::string(PYTHON3) + " -c '" + script + "' '" + dir.string() + "'");
   INFO(out);
-  REQUIRE((WIFEXITED(st) && WEXITSTATUS(st) == 0));
+  REQUIRE(status == 0);
 
   resnet::ResNet net(resnet::Options{.width = 64, .num_classes = 10});
   const auto report = dtrain::weights::load_python_state_dict(*net, dir / "resnet18.pt");  // strict

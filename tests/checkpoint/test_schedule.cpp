@@ -4,6 +4,7 @@
 // a schedule and dynamic loss scaling ends bitwise equal to one never stopped.
 
 #include "../dtrain_catch.hpp"
+#include "../run_command.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,13 +35,8 @@ namespace {
 
 // Runs `cmd`; its stdout and stderr together, and the exit status.
 std::pair<int, std::string> run_command(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p)) out += buf;
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
+  auto r = dtrain_test::run_command(cmd);
+  return {r.status, std::move(r.output)};
 }
 
 // Python's learning rates of both param groups after each step, one line per step, from a script

@@ -7,6 +7,7 @@
 // the scenarios program (real workers, directory<> asynchronous and synchronous).
 
 #include "../dtrain_catch.hpp"
+#include "../run_command.hpp"
 
 #include <sys/wait.h>
 
@@ -172,16 +173,10 @@ std::string file_bytes(const fs::path& p) {
   return {std::istreambuf_iterator<char>(in), {}};
 }
 
-std::string run_scenario(const std::string& args) {
-  std::string out;
-  FILE* p = popen((std::string("'") + SCENARIOS_BIN + "' " + args + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p)) out += buf;
-  const int st = pclose(p);
-  INFO(out);
-  REQUIRE((WIFEXITED(st) && WEXITSTATUS(st) == 0));
-  return out;
+void run_scenario(const std::string& args) {
+  const auto r = dtrain_test::run_command(std::string("'") + SCENARIOS_BIN + "' " + args);
+  INFO(r.output);
+  REQUIRE(r.status == 0);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // outputs; strict and non-strict loads report what did not match; shapes and dtypes are checked.
 
 #include "../dtrain_catch.hpp"
+#include "../run_command.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -37,13 +38,8 @@ struct Dir {
 };
 
 std::pair<int, std::string> python(const std::string& script, const std::string& dir) {
-  std::string out;
-  FILE* p = popen((std::string(PYTHON3) + " -c '" + script + "' '" + dir + "' 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p)) out += buf;
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
+  auto r = dtrain_test::run_command(std::string(PYTHON3) + " -c '" + script + "' '" + dir + "'");
+  return {r.status, std::move(r.output)};
 }
 
 // The Python model and the C++ one: the same layers under the same names ("0", "1", ...).

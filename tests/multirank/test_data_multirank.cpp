@@ -3,6 +3,7 @@
 // Gloo on loopback, training on batches of named fields; these tests run it and read its output.
 
 #include "../dtrain_catch.hpp"
+#include "../run_command.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -32,13 +33,9 @@ DataRun data_scenario(const std::string& args) {
   DataRun r;
   r.dir = fs::temp_directory_path() / ("dtrain_data_multirank_" + tag);
   fs::create_directories(r.dir);
-  const std::string cmd = "cd '" + r.dir.string() + "' && '" + DATA_SCENARIOS_BIN + "' " + args + " --tag " + tag + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p)) r.output += buf;
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  auto run = dtrain_test::run_command("cd '" + r.dir.string() + "' && '" + DATA_SCENARIOS_BIN + "' " + args + " --tag " + tag);
+  r.status = run.status;
+  r.output = std::move(run.output);
   return r;
 }
 

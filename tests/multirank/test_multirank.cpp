@@ -4,6 +4,7 @@
 
 #include "../dtrain_catch.hpp"
 #include "../loopback_port.hpp"
+#include "../run_command.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -33,10 +34,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  int status = -1;
-  std::string output;
-};
+using Run = dtrain_test::CommandResult;
 
 std::string unique_tag() {
   std::random_device rd;
@@ -48,16 +46,8 @@ std::string unique_tag() {
 Run scenario(const std::string& args, const std::string& tag, const std::string& env = "") {
   const fs::path dir = fs::temp_directory_path() / ("dtrain_multirank_" + tag);
   fs::create_directories(dir);
-  const std::string cmd = "cd '" + dir.string() + "' && " + env + " '" + SCENARIOS_BIN + "' " + args +
-                          " --tag " + tag + " 2>&1";
-  Run r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p)) r.output += buf;
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
+  return dtrain_test::run_command("cd '" + dir.string() + "' && " + env + " '" + SCENARIOS_BIN + "' " + args +
+                                  " --tag " + tag);
 }
 
 // Processes whose command line carries `tag`.
@@ -278,13 +268,8 @@ TEST_CASE("gloo's flat allgather and emulated reduce_scatter give exact results"
            " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " '" + SCENARIOS_BIN + "' collectives --tag " + tag;
   };
   const std::string cmd = "cd '" + (fs::temp_directory_path() / ("dtrain_multirank_" + tag)).string() + "' && (" +
-                          rank(0) + " & a=$!; " + rank(1) + "; b=$?; wait $a; a=$?; echo status $a $b) 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p)) out += buf;
-  pclose(p);
+                          rank(0) + " & a=$!; " + rank(1) + "; b=$?; wait $a; a=$?; echo status $a $b)";
+  const std::string out = dtrain_test::run_command(cmd).output;
   INFO(out);
   CHECK_THAT(out, Catch::Contains("status 0 0"));
 }
@@ -689,14 +674,8 @@ std::string launched_pair(const std::string& args, const std::string& tag, bool 
       "cd '" + dir.string() + "' && (" +
       (stopped_rank_1 ? rank(1) + " & b=$!; " + rank(0) + "; a=$?; kill -9 $b; wait $b; echo status $a"
                       : rank(0) + " & a=$!; " + rank(1) + "; b=$?; wait $a; a=$?; echo status $a $b") +
-      ") 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p)) out += buf;
-  pclose(p);
-  return out;
+      ")";
+  return dtrain_test::run_command(cmd).output;
 }
 }  // namespace
 
@@ -760,14 +739,8 @@ std::string launched_two_hosts(const std::string& args, const std::string& tag, 
            std::to_string(r / 2) + " WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " DTRAIN_HOST_ID=host" +
            std::to_string(r / 2) + " " + env + " '" + SCENARIOS_BIN + "' " + args + " --tag " + tag + " & p" + std::to_string(r) +
            "=$!; ";
-  cmd += "s=; for p in $p0 $p1 $p2 $p3; do wait $p; s=\"$s $?\"; done; echo status$s) 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p)) out += buf;
-  pclose(p);
-  return out;
+  cmd += "s=; for p in $p0 $p1 $p2 $p3; do wait $p; s=\"$s $?\"; done; echo status$s)";
+  return dtrain_test::run_command(cmd).output;
 }
 }  // namespace
 
