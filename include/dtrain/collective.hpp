@@ -15,6 +15,7 @@
 #include <string>
 #include <utility>
 
+#include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>  // c10d's backend-neutral Work: no Gloo, no NCCL
 
@@ -25,6 +26,14 @@ DTRAIN_NAMESPACE_BEGIN
 
 /// A collective's reduction.
 enum class reduce { sum, mean, max, min };
+
+/// Where a collective runs, for a backend with a thread of its own (backend::gloo's shared-memory
+/// channel; others ignore it). `background`: on that thread, overlapping what the caller does
+/// meanwhile. `by_waiter`: the caller waits for it next, so it runs on the waiting thread and
+/// no thread is woken for it; until waited for (or until a later collective of the channel) it
+/// does not run. On a core that the workers already fill, waking a thread for a collective the
+/// caller waits for at once only takes the core from a worker.
+enum class runs { background, by_waiter };
 
 /// One rank's call of a collective, as every backend exchanges it before the data: the operation,
 /// its reduction or root, dtype, element count and the call's sequence number on this rank. Ranks
@@ -174,6 +183,7 @@ class Work {
     if (then_) std::exchange(then_, nullptr)();
     detail::note_progress();
   }
+  /// Whether it is done (a `runs::by_waiter` collective may not start before wait()).
   bool completed() const {
     return (!exchange_ || exchange_->isCompleted()) && (!work_ || work_->isCompleted()) &&
            (!done_.valid() || done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) &&
@@ -190,5 +200,21 @@ class Work {
   std::string what_;
   std::function<void()> then_;
 };
+
+namespace detail {
+/// comm.allreduce(t, op, where) where the communicator takes a dtrain::runs (backend::gloo), else
+/// comm.allreduce(t, op).
+template <class Communicator>
+Work allreduce(Communicator& comm, at::Tensor& t, reduce op, runs where) {
+  if constexpr (requires { comm.allreduce(t, op, where); }) return comm.allreduce(t, op, where);
+  else return comm.allreduce(t, op);
+}
+/// comm.broadcast(t, root, where), or comm.broadcast(t, root) likewise.
+template <class Communicator>
+Work broadcast(Communicator& comm, at::Tensor& t, int root, runs where) {
+  if constexpr (requires { comm.broadcast(t, root, where); }) return comm.broadcast(t, root, where);
+  else return comm.broadcast(t, root);
+}
+}  // namespace detail
 
 DTRAIN_NAMESPACE_END

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -14,12 +15,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <limits>
 #include <numeric>
 #include <optional>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -726,4 +729,43 @@ TEST_CASE("shared-memory barrier: the spin is long only when every rank's thread
                          MessageContains({"DTRAIN_SHM_SPIN_US=\"" + std::string(bad) + "\"", "microseconds from 0 to 10000000"}));
   }
   unsetenv("DTRAIN_SHM_SPIN_US");
+}
+
+TEST_CASE("serial_tasks: a task submitted without waking the thread runs on the thread that waits for it - in order", "[collective]") {
+  using dtrain::detail::serial_tasks;
+  serial_tasks tasks;
+  const auto me = std::this_thread::get_id();
+  std::vector<int> order;
+  std::thread::id woken_ran_on, unwoken_ran_on;
+
+  // Woken: the executor's own thread runs it, while this thread does not wait.
+  auto woken = tasks.submit([&] { woken_ran_on = std::this_thread::get_id(); order.push_back(1); });
+  REQUIRE(woken.done.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  CHECK(woken_ran_on != me);
+
+  // Not woken (runs::by_waiter): nothing runs it until this thread waits, then this thread does.
+  auto unwoken = tasks.submit([&] { unwoken_ran_on = std::this_thread::get_id(); order.push_back(2); }, false);
+  CHECK(unwoken.done.wait_for(std::chrono::milliseconds(50)) == std::future_status::timeout);
+  unwoken.help();
+  REQUIRE(unwoken.done.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
+  CHECK(unwoken_ran_on == me);
+
+  // Behind a woken task still running, an unwoken one keeps its place: the executor runs both.
+  std::atomic<bool> release{false};
+  auto slow = tasks.submit([&] {
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    order.push_back(3);
+  });
+  auto behind = tasks.submit([&] { order.push_back(4); }, false);
+  release = true;
+  REQUIRE(behind.done.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  slow.done.get();
+  CHECK(order == std::vector<int>{1, 2, 3, 4});
+
+  // stop() runs what is queued, woken or not, before the thread ends.
+  bool ran = false;
+  auto last = tasks.submit([&] { ran = true; }, false);
+  tasks.stop();
+  CHECK(ran);
+  CHECK(last.done.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
 }

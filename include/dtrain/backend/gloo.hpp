@@ -93,21 +93,23 @@ struct gloo_with_threads {
 
     /// Reduces `t` in place across ranks. mean divides the sum by size() once it is done, so
     /// callers that wait() see the mean; gloo itself has no mean.
-    Work allreduce(torch::Tensor& t, reduce op = reduce::sum) {
+    /// `where`: see dtrain::runs (only the shared-memory channel has a thread to run it on).
+    Work allreduce(torch::Tensor& t, reduce op = reduce::sum, runs where = runs::background) {
       const auto call = describe(CollectiveCall::op::allreduce, static_cast<std::int64_t>(op), t);
       const std::string what = "allreduce of " + std::to_string(t.numel()) + " values";
       if (shm_ && detail::shm_channel::supports(t) && (op == reduce::sum || op == reduce::mean))
-        return shm_work(shm_->allreduce(call, t, op == reduce::mean), what);
+        return shm_work(shm_->allreduce(call, t, op == reduce::mean, where == runs::background), what);
       if (hier_ && detail::shm_channel::supports(t) && (op == reduce::sum || op == reduce::mean))
         return shm_work(hier_->allreduce(call, t, op == reduce::mean), what);
       return checked(call, [&] { return gloo_allreduce(t, op); }, what);
     }
 
     /// Copies root's `t` into every rank's `t`.
-    Work broadcast(torch::Tensor& t, int root = 0) {
+    Work broadcast(torch::Tensor& t, int root = 0, runs where = runs::background) {
       const auto call = describe(CollectiveCall::op::broadcast, root, t);
       const std::string what = "broadcast from rank " + std::to_string(root);
-      if (shm_ && t.device().is_cpu() && t.is_contiguous()) return shm_work(shm_->broadcast(call, t, root), what);
+      if (shm_ && t.device().is_cpu() && t.is_contiguous())
+        return shm_work(shm_->broadcast(call, t, root, where == runs::background), what);
       return checked(call, [&] {
         std::vector<torch::Tensor> v{t};
         c10d::BroadcastOptions o;

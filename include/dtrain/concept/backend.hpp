@@ -47,6 +47,9 @@ DTRAIN_NAMESPACE_BEGIN
 ///   Without it a collective that waits for a dead peer ends at RunConfig::collective_timeout.
 /// - `communicator::synchronize()` (default: nothing): waits for collectives that complete on a
 ///   device; called before the worker reports that it finished.
+/// - `communicator::allreduce(t, op, runs)` and `broadcast(t, root, runs)` (default: the two-
+///   argument forms): where the collective runs (dtrain::runs); strategy::ddp<> runs the last
+///   bucket's allreduce and the buffers' broadcast `by_waiter`, as it waits for them at once.
 ///
 /// Laws (tests/laws/backend.hpp checks them for 1-3 ranks on integer-valued tensors)
 /// - after every rank's allreduce(t, sum).wait(), every rank's t is the elementwise sum (max, min

@@ -42,7 +42,7 @@ class buffer_sync {
       flat_.narrow(0, at, b.numel()).copy_(b.reshape({-1}));
       at += b.numel();
     }
-    return comm.broadcast(flat_, 0);
+    return detail::broadcast(comm, flat_, 0, runs::by_waiter);  // waited for at once
   }
 
   /// After the broadcast's wait(): rank 0's values back into the buffers.

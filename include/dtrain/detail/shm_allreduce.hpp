@@ -19,15 +19,11 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <functional>
-#include <future>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
@@ -39,6 +35,7 @@
 #include <torch/types.h>
 
 #include <dtrain/collective.hpp>
+#include <dtrain/detail/serial_tasks.hpp>
 #include <dtrain/error.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -99,36 +96,27 @@ class shm_channel {
     while (store.add(key + "/mapped", 0) < world_) std::this_thread::sleep_for(std::chrono::microseconds(100));
     if (rank_ == 0) shm_unlink(name.c_str());
     spin_for_ = spin_budget(world_);
-    thread_ = std::thread([this] { run(); });
   }
 
   shm_channel(const shm_channel&) = delete;
   shm_channel& operator=(const shm_channel&) = delete;
   ~shm_channel() {
-    {
-      std::lock_guard<std::mutex> lock(queue_->mutex);
-      queue_->stop = true;
-    }
-    queue_->changed.notify_all();
-    thread_.join();
+    tasks_.stop();  // before the segment goes: a queued collective still runs in it
     munmap(base_, bytes_);
   }
 
-  /// Sums `t` (contiguous float or double, CPU) over ranks in place, divided by world if `mean`.
-  /// A queued collective: `done` is ready when it finished; `help`, called by the thread about to
-  /// wait for it, runs what is queued up to it on that thread (the channel's thread may be busy
-  /// with an earlier one, or not yet awake).
-  struct pending {
-    std::shared_future<void> done;
-    std::function<void()> help;
-  };
+  /// A queued collective (detail/serial_tasks.hpp): `done`, and `help` for the thread about to
+  /// wait for it.
+  using pending = pending_task;
 
-  pending allreduce(const CollectiveCall& call, torch::Tensor t, bool mean) {
-    return submit(call, [this, t, mean]() mutable { allreduce_now(t, mean); });
+  /// Sums `t` (contiguous float or double, CPU) over ranks in place, divided by world if `mean`.
+  /// `wake` false: the caller waits for it next (runs::by_waiter); the thread is not woken for it.
+  pending allreduce(const CollectiveCall& call, torch::Tensor t, bool mean, bool wake = true) {
+    return submit(call, [this, t, mean]() mutable { allreduce_now(t, mean); }, wake);
   }
   /// Copies root's `t` into every rank's `t`.
-  pending broadcast(const CollectiveCall& call, torch::Tensor t, int root) {
-    return submit(call, [this, t, root]() mutable { broadcast_now(t, root); });
+  pending broadcast(const CollectiveCall& call, torch::Tensor t, int root, bool wake = true) {
+    return submit(call, [this, t, root]() mutable { broadcast_now(t, root); }, wake);
   }
   /// Rank r's `piece` (contiguous, any dtype) into out[r*n, (r+1)*n), n = piece.numel(), on
   /// every rank: each rank copies its piece in once and every piece out once.
@@ -214,38 +202,8 @@ class shm_channel {
   char* slot(int r) { return base_ + header_bytes() + r * slot_bytes; }
   char* result(int r) { return base_ + header_bytes() + (world_ + r) * slot_bytes; }
 
-  // The queue, shared with the `help` of every pending collective (which may outlive the channel).
-  struct task_queue {
-    std::mutex mutex;
-    std::condition_variable changed;  // a task queued or finished, or the channel stops
-    std::deque<std::packaged_task<void()>> tasks;
-    bool running = false;  // one task at a time, on whichever thread took it: the order is kept
-    bool by_waiter = false;  // the running task runs on a thread that waits for it
-    bool stop = false;
-
-    // Runs the first queued task on this thread, the lock released meanwhile.
-    void run_front(std::unique_lock<std::mutex>& lock, bool waiter) {
-      auto task = std::move(tasks.front());
-      tasks.pop_front();
-      running = true;
-      by_waiter = waiter;
-      lock.unlock();
-      task();  // a failure goes to the task's future
-      lock.lock();
-      running = false;
-      changed.notify_all();
-    }
-    void run_until(const std::shared_future<void>& done) {
-      std::unique_lock<std::mutex> lock(mutex);
-      while (done.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
-        if (!running && !tasks.empty()) run_front(lock, true);
-        else changed.wait(lock);
-      }
-    }
-  };
-
-  pending submit(const CollectiveCall& call, std::function<void()> op) {
-    std::packaged_task<void()> task([this, call, op = std::move(op)] {
+  pending submit(const CollectiveCall& call, std::function<void()> op, bool wake = true) {
+    return tasks_.submit([this, call, op = std::move(op)] {
       const auto words = call.encode();
       ++generation_;
       std::memcpy(calls(generation_) + rank_ * CollectiveCall::words, words.data(), sizeof words);
@@ -253,24 +211,7 @@ class shm_channel {
       current_ = call;
       op();
       if (checking_) barrier();  // a collective without a barrier of its own (no elements)
-    });
-    std::shared_future<void> done = task.get_future().share();
-    {
-      std::lock_guard<std::mutex> lock(queue_->mutex);
-      queue_->tasks.push_back(std::move(task));
-    }
-    queue_->changed.notify_all();
-    return {done, [queue = queue_, done] { queue->run_until(done); }};
-  }
-
-  void run() {
-    auto& q = *queue_;
-    std::unique_lock<std::mutex> lock(q.mutex);
-    for (;;) {
-      q.changed.wait(lock, [&] { return !q.running && (q.stop || !q.tasks.empty()); });
-      if (q.tasks.empty()) return;  // stopped, and every task has run
-      q.run_front(lock, false);
-    }
+    }, wake);
   }
 
   // Announces this rank's next phase and waits for every rank to reach it: a spin (a peer that is
@@ -287,7 +228,7 @@ class shm_channel {
     mine.value.store(phase, std::memory_order_seq_cst);
     if (mine.sleepers.load(std::memory_order_seq_cst) > 0) futex_wake_all(&mine.value);
     const auto start = std::chrono::steady_clock::now();
-    const bool long_spin = queue_->by_waiter && recent_wait_ < spin_for_;
+    const bool long_spin = tasks_.by_waiter() && recent_wait_ < spin_for_;
     const auto spin_until = start + (long_spin ? spin_for_ : std::chrono::nanoseconds(0));
     auto next_check = start + std::chrono::seconds(1);
     for (int r = 0; r < world_; ++r) {
@@ -446,11 +387,10 @@ class shm_channel {
   std::optional<CollectiveCall> checking_;  // the call to verify at the next barrier
   CollectiveCall current_;                  // the collective running (named when a peer is missing)
   std::uint64_t generation_ = 0;            // collectives run on this channel (the calls' buffer)
-  std::shared_ptr<task_queue> queue_ = std::make_shared<task_queue>();
   std::function<void()> stall_check_;
   std::vector<int> names_;  // empty: the channel's ranks are the group's
   int named(int r) const { return names_.empty() ? r : names_[r]; }
-  std::thread thread_;
+  serial_tasks tasks_;  // the collectives, in order: on the channel's thread or on a waiting one
 };
 
 }  // namespace detail

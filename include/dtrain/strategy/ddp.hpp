@@ -181,7 +181,9 @@ struct ddp {
         while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
           if (next_launch == 0) stats.grads_pending_at_first_launch = grads_pending;
           auto& b = buckets[next_launch++];
-          b.work = comm.allreduce(b.flat, reduce::mean);
+          // The last bucket is waited for as backward ends: the waiting thread runs it.
+          b.work = dtrain::detail::allreduce(comm, b.flat, reduce::mean,
+                                             next_launch == buckets.size() ? runs::by_waiter : runs::background);
         }
       }
 
