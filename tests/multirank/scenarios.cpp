@@ -29,6 +29,8 @@
 #include <string>
 #include <thread>
 
+#include <sys/resource.h>
+
 #include <torch/torch.h>
 
 namespace {
@@ -110,6 +112,13 @@ torch::nn::Sequential big_model() {
                     Linear(2048, 10));
 }
 
+// Page faults this process took so far (the kernel mapping in a page it had not touched).
+double minor_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_minflt);
+}
+
 template <class T>
 int run_sharded(const Args& a) {
   const bool memory = a.scenario == "fsdp_memory";
@@ -133,6 +142,7 @@ int run_sharded(const Args& a) {
     model->train();
     int step = 0;
     double held_after_forward = -1;  // fsdp<>: bytes held between the first forward and its backward
+    double faults_after_warmup = -1;  // once 2 steps have run: what later steps fault in is per step
     // The step count is checked after each batch, so that a checkpoint's sampler position counts
     // only the batches trained on.
     for (auto epoch : ctx.epochs(1000)) {
@@ -151,10 +161,13 @@ int run_sharded(const Args& a) {
           ctx.step(adam);
           adam.zero_grad();
         }
-        if (++step == a.steps) break;
+        if (++step == 2) faults_after_warmup = minor_faults();
+        if (step == a.steps) break;
       }
       if (step == a.steps) break;  // before the next epoch starts (and resets the position)
     }
+    const double faults_per_step = ctx.all_reduce(step > 2 ? (minor_faults() - faults_after_warmup) / (step - 2) : -1.0,
+                                                  dtrain::reduce::max);
     const double state_bytes = ctx.all_reduce(static_cast<double>(ctx.model_state_bytes(model, adam)), dtrain::reduce::max);
     const double rss = ctx.all_reduce(dtrain::launch::peak_rss_mb(), dtrain::reduce::max);
     std::int64_t n_params = 0;
@@ -169,7 +182,8 @@ int run_sharded(const Args& a) {
       }
     }
     dtrain::Metrics m{{"state_bytes", state_bytes}, {"peak_rss_mb", rss}, {"params", n_params},
-                      {"world", ctx.world_size()}, {"steps_taken", step}};
+                      {"world", ctx.world_size()}, {"steps_taken", step},
+                      {"faults_per_step", faults_per_step}};
     if constexpr (requires { ctx.strategy().stats().reduce_scatters; }) {
       const auto& st = ctx.strategy().stats();
       m["units"] = st.units;

@@ -165,6 +165,7 @@ struct fsdp {
       torch::Tensor shard;      // this rank's piece: a leaf the optimizer steps
       torch::Tensor grad_full;  // padded flat gradient, during a synchronised backward
       torch::Tensor grad_piece;
+      detail::spare_pages spare_full, spare_grad;  // their memory between steps (flat_storage.hpp)
       bool gathered = false;
       std::int64_t gathered_version = 0;  // the shard's version the full parameters came from
       int pending = 0;
@@ -266,7 +267,7 @@ struct fsdp {
         torch::NoGradGuard no_grad;
         for (auto& u : units) {
           if (current(u)) continue;
-          if (!u.gathered) detail::allocate_storage(u.full, u.full_bytes());
+          if (!u.gathered) detail::allocate_storage(u.full, u.full_bytes(), u.spare_full);
           u.work = comm.allgather(u.full, u.shard.detach());
           ++stats.allgathers;
           todo.push_back(&u);
@@ -284,7 +285,7 @@ struct fsdp {
       void reshard(unit& u) {
         if (!u.gathered) return;
         for (std::size_t k : u.params) params[k].set_data(torch::empty({0}, params[k].options()));
-        detail::free_storage(u.full);
+        detail::free_storage(u.full, u.spare_full);
         u.gathered = false;
       }
       void reshard_all() {
@@ -357,6 +358,8 @@ struct fsdp {
             if (g.defined()) g.add_(u.grad_piece);
             else g = u.grad_piece;
             u.grad_piece = torch::Tensor();
+            // Kept for the next backward unless a view of it is still held somewhere.
+            if (u.grad_full.storage().use_count() == 1) detail::free_storage(u.grad_full, u.spare_grad);
             u.grad_full = torch::Tensor();
             u.pending = static_cast<int>(u.params.size());
           }

@@ -20,11 +20,10 @@ DTRAIN_NAMESPACE_BEGIN
 
 namespace strategy::detail {
 
-// The full parameters and flat gradients come and go every step. On CPU they are mapped straight
-// from the kernel, so that freeing them gives the memory back: through malloc, glibc's dynamic
-// mmap threshold soon serves buffers of this size from its heap, which keeps them resident (the
-// multirank fsdp_memory scenario's 9.5M-parameter MLP on 2 workers peaked at 318 MB RSS through
-// malloc against ddp<>'s 288 MB; mapped, below ddp<>).
+// The full parameters and flat gradients come and go every step. On CPU each is a mapping of its
+// own, straight from the kernel: through malloc, glibc's heap served buffers of these sizes among
+// torch's other allocations and grew (the multirank fsdp_memory scenario's 9.5M-parameter MLP on
+// 2 workers peaked at 318 MB RSS that way, against ddp<>'s 288 MB; mapped, below ddp<>).
 struct mapping {
   void* at;
   std::size_t bytes;
@@ -42,24 +41,50 @@ inline at::DataPtr map_bytes(std::size_t bytes, c10::Device device) {
   return at::DataPtr(p, new mapping{p, bytes}, &unmap, device);
 }
 
+// A freed buffer's mapping, kept resident for the next buffer of the same size (the unit's next
+// gather, or its next flat gradient), as PyTorch's caching allocator keeps a freed block: the
+// tensors are gone, their pages stay. The whole model is gathered at once at the start of
+// backward, so the pages kept between steps are never more than that moment holds anyway. On the
+// 2-core development VM a page faulted in afresh cost ~14 us: mapped afresh every step, the mlp
+// example's 2.4 MB of such buffers a step cost ~8 ms. Handing the pages to the kernel with
+// MADV_FREE instead was measured too: writing them again still cost half a fresh fault there.
+struct spare_pages {
+  at::DataPtr ptr;
+  std::size_t bytes = 0;
+  bool holds(std::size_t n) const { return ptr && bytes == n; }
+};
+
 // Frees a tensor's memory but keeps its storage object, so that every view of it (also the views
-// autograd saved for backward) sees the data again once allocate_storage() refills it.
-inline void free_storage(const torch::Tensor& t) {
+// autograd saved for backward) sees the data again once allocate_storage() refills it. A mapping
+// of ours goes to `spare`; any other memory (the first full parameters, from torch) is freed.
+inline void free_storage(const torch::Tensor& t, spare_pages& spare) {
   auto* s = t.storage().unsafeGetStorageImpl();
-  s->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  at::DataPtr old = s->set_data_ptr(at::DataPtr(nullptr, t.device()));
   s->set_nbytes(0);
+  if (auto* m = old.cast_context<mapping>(&unmap)) {
+    spare.bytes = m->bytes;
+    spare.ptr = std::move(old);
+  }
 }
-inline void allocate_storage(const torch::Tensor& t, std::size_t nbytes) {
+// The mapping in `spare` when it has `bytes`, else a new one (the memory's contents are undefined).
+inline at::DataPtr take_bytes(std::size_t bytes, c10::Device device, spare_pages& spare) {
+  if (!spare.holds(bytes)) return map_bytes(bytes, device);
+  spare.bytes = 0;
+  return std::move(spare.ptr);
+}
+inline void allocate_storage(const torch::Tensor& t, std::size_t nbytes, spare_pages& spare) {
   auto* s = t.storage().unsafeGetStorageImpl();
-  if (t.device().is_cpu() && nbytes > 0) s->set_data_ptr_noswap(map_bytes(nbytes, t.device()));
+  if (t.device().is_cpu() && nbytes > 0) s->set_data_ptr_noswap(take_bytes(nbytes, t.device(), spare));
   else s->set_data_ptr_noswap(s->allocator()->allocate(nbytes));
   s->set_nbytes(nbytes);
 }
-// A flat tensor of n zeros (fresh anonymous pages are zero: nothing to fill on CPU).
-inline torch::Tensor flat_zeros(std::int64_t n, const torch::TensorOptions& options) {
+// A flat tensor of n zeros.
+inline torch::Tensor flat_zeros(std::int64_t n, const torch::TensorOptions& options, spare_pages& spare) {
   const auto bytes = static_cast<std::size_t>(n) * c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
   if (!options.device().is_cpu() || bytes == 0) return torch::zeros({n}, options);
-  auto data = map_bytes(bytes, options.device());
+  const bool reused = spare.holds(bytes);  // fresh anonymous pages are zeros already
+  auto data = take_bytes(bytes, options.device(), spare);
+  if (reused) std::memset(data.get(), 0, bytes);
   c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, std::move(data), nullptr, false);
   return torch::empty({0}, options).set_(storage, 0, {n}, {1});
 }

@@ -29,7 +29,7 @@ c10::Dict<std::string, at::Tensor> full_state(Sharded& s) {
   for (auto& u : s.units) {
     const bool had = s.current(u);
     if (!had) {
-      if (!u.gathered) allocate_storage(u.full, u.full_bytes());
+      if (!u.gathered) allocate_storage(u.full, u.full_bytes(), u.spare_full);
       u.gathered = true;  // for reshard() below
       s.comm.allgather(u.full, u.shard.detach()).wait();
       ++s.stats.allgathers;

@@ -17,7 +17,7 @@ namespace strategy::detail {
 /// Gives unit `u` its flat gradient (zeros) unless it has one.
 template <class Unit>
 void ensure_grad_full(Unit& u) {
-  if (!u.grad_full.defined()) u.grad_full = flat_zeros(u.padded(), u.shard.options().requires_grad(false));
+  if (!u.grad_full.defined()) u.grad_full = flat_zeros(u.padded(), u.shard.options().requires_grad(false), u.spare_grad);
 }
 
 /// Parameter `k`'s place in unit `u`'s flat gradient.
