@@ -123,9 +123,7 @@ class Context {
   /// that prepare_model() did not wrap is read as it is.
   template <class Module>
   c10::Dict<std::string, at::Tensor> full_state(const Module& model) {
-    if (auto* s = models_.find(model)) return strategy_ops::full_state(*s, detail::as_module(model), world_rank());
-    if (world_rank() == 0) return checkpointer::detail::named_state(detail::as_module(model), true);
-    return c10::Dict<std::string, at::Tensor>();
+    return model_state(model, nullptr);
   }
 
   /// Bytes of model state this rank holds now: parameters and gradients (what the Strategy keeps:
@@ -348,26 +346,14 @@ class Context {
   // is at fault (ConfigError), the checkpoint is marked in the store so that the restarted group
   // passes over it like a damaged one and resumes from an older checkpoint.
   template <class Load>
-  void naming_file(const checkpointer::Checkpoint& ck, const std::string& file, Load&& load) {
-    try {
-      load();
-    } catch (const ConfigError&) {
-      throw;
-    } catch (const std::exception& e) {
-      std::string why = e.what();
-      why = why.substr(0, why.find('\n'));  // LibTorch appends a backtrace
-      if (!dynamic_cast<const Error*>(&e))
-        why = (ck.path() / file).string() + ": cannot be loaded into this run (" + why + ") from checkpoint " +
-              ck.path().filename().string() + "; was it written by another model, optimizer or version?";
-      try {
-        group_.store().set(checkpointer::unloadable_key(ck.path()), launch::to_bytes(why));
-        group_.store().set(group_.key("checkpoint_unloadable"), launch::to_bytes(ck.path().string()));
-      } catch (const std::exception&) {  // the store went away: the error below still says it all
-      }
-      throw Error(why + ". The group restarts from an older checkpoint if there is one; to resume from a "
-                  "particular one set RunConfig::resume_from, or start afresh (RunConfig::start = "
-                  "dtrain::Start::fresh)");
-    }
+  void naming_file(const checkpointer::Checkpoint& ck, const std::string& file, Load&& load);
+
+  // full_state(model); where the strategy leaves the model whole, rank 0 copies it into `into`
+  // (checkpoint(): the previous snapshot's buffers) instead of cloning it.
+  template <class Module>
+  c10::Dict<std::string, at::Tensor> model_state(const Module& model, checkpointer::detail::SnapshotBuffers* into) {
+    if (auto* s = models_.find(model)) return strategy_ops::full_state(*s, detail::as_module(model), world_rank(), into);
+    return strategy_ops::whole_state(detail::as_module(model), world_rank(), into);
   }
 
   // Under fsdp<> an optimizer over the model's own parameters would step tensors whose gradients

@@ -14,6 +14,7 @@
 #include <torch/types.h>
 
 #include <dtrain/checkpointer/checkpoint.hpp>
+#include <dtrain/checkpointer/snapshot_buffers.hpp>
 #include <dtrain/concept/archetypes.hpp>
 #include <dtrain/detail/memory.hpp>
 #include <dtrain/error.hpp>
@@ -109,13 +110,20 @@ struct strategy_traits {
     else return std::forward<F>(f)();
   }
 
-  /// s.full_state(), or the module's parameters and buffers by name (clones) on rank 0 and an
-  /// empty dictionary elsewhere. Every rank calls it (a collective under fsdp<>).
+  /// s.full_state(), or whole_state(module, rank, into). Every rank calls it (a collective under
+  /// fsdp<>).
   template <class State>
-  static c10::Dict<std::string, at::Tensor> full_state(State& s, const torch::nn::Module& module, int rank) {
+  static c10::Dict<std::string, at::Tensor> full_state(State& s, const torch::nn::Module& module, int rank,
+                                                        checkpointer::detail::SnapshotBuffers* into = nullptr) {
     if constexpr (requires { s.full_state(); }) return s.full_state();
-    else if (rank == 0) return checkpointer::detail::named_state(module, true);
-    else return c10::Dict<std::string, at::Tensor>();
+    else return whole_state(module, rank, into);
+  }
+  /// A whole module's parameters and buffers by name on rank 0, an empty dictionary elsewhere:
+  /// clones, or copies into the previous snapshot's buffers `into` (a checkpoint).
+  static c10::Dict<std::string, at::Tensor> whole_state(const torch::nn::Module& module, int rank,
+                                                         checkpointer::detail::SnapshotBuffers* into = nullptr) {
+    if (rank != 0) return c10::Dict<std::string, at::Tensor>();
+    return into ? into->model_state(module) : checkpointer::detail::named_state(module, true);
   }
 
   /// s.load_full_state(tensors, source) and true, or false: the strategy leaves the model's

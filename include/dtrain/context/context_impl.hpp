@@ -121,6 +121,30 @@ auto Context<Policies>::shard(const Split& split, std::int64_t global_batch, Sam
 }
 
 template <class Policies>
+template <class Load>
+void Context<Policies>::naming_file(const checkpointer::Checkpoint& ck, const std::string& file, Load&& load) {
+  try {
+    load();
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    why = why.substr(0, why.find('\n'));  // LibTorch appends a backtrace
+    if (!dynamic_cast<const Error*>(&e))
+      why = (ck.path() / file).string() + ": cannot be loaded into this run (" + why + ") from checkpoint " +
+            ck.path().filename().string() + "; was it written by another model, optimizer or version?";
+    try {
+      group_.store().set(checkpointer::unloadable_key(ck.path()), launch::to_bytes(why));
+      group_.store().set(group_.key("checkpoint_unloadable"), launch::to_bytes(ck.path().string()));
+    } catch (const std::exception&) {  // the store went away: the error below still says it all
+    }
+    throw Error(why + ". The group restarts from an older checkpoint if there is one; to resume from a "
+                "particular one set RunConfig::resume_from, or start afresh (RunConfig::start = "
+                "dtrain::Start::fresh)");
+  }
+}
+
+template <class Policies>
 template <class Module, class Optimizer>
 checkpointer::Snapshot Context<Policies>::checkpoint(const Module& model, Optimizer& optimizer, Metrics extras) {
   static_assert(persists, "dtrain: ctx.checkpoint(model, optimizer) needs a Checkpointer that persists; "
@@ -131,8 +155,7 @@ checkpointer::Snapshot Context<Policies>::checkpoint(const Module& model, Optimi
   checkpointer::Snapshot s;
   // A strategy that keeps the model whole (ddp<>): rank 0 copies it into the previous snapshot's
   // buffers, memory already faulted in, once that write is done (issue 15's stall).
-  if constexpr (requires(strategy_state& st) { st.full_state(); }) s.model = full_state(model);
-  else if (world_rank() == 0) s.model = snapshot_buffers_.model_state(detail::as_module(model));
+  s.model = model_state(model, &snapshot_buffers_);
   s.has_model = world_rank() == 0;
   if constexpr (strategy_ops::shards_optimizer) {
     check_optimizer(optimizer);
