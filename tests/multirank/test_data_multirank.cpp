@@ -54,7 +54,11 @@ std::vector<torch::Tensor> load_params(const fs::path& p) {
 
 }  // namespace
 
-TEST_CASE("validate: loss and accuracy are identical on 1 2 and 3 workers under ddp and fsdp", "[multirank][data]") {
+// The loss sums per-sample losses, not per-rank means (a mean of the ranks' means would weigh the
+// samples of 9 and 8 batches on 2 workers unequally). It equals one process's up to the forward's
+// own rounding: OpenBLAS's sgemm kernels for AVX-512 CPUs round a row's result differently in
+// batches of 6 than of 12 or 4 (one float32 ulp of one sample's loss, 1e-9 of the mean).
+TEST_CASE("validate: accuracy is identical and the loss equal within the forward's rounding on 1 2 and 3 workers under ddp and fsdp", "[multirank][data]") {
   for (const std::string strategy : {"ddp", "fsdp"}) {
     std::vector<std::string> loss, accuracy;
     for (int workers : {1, 2, 3}) {
@@ -68,8 +72,8 @@ TEST_CASE("validate: loss and accuracy are identical on 1 2 and 3 workers under 
       loss.push_back(field(r.output, "loss"));
       accuracy.push_back(field(r.output, "accuracy"));
     }
-    CHECK(loss[0] == loss[1]);
-    CHECK(loss[0] == loss[2]);
+    CHECK(std::stod(loss[1]) == Approx(std::stod(loss[0])).epsilon(1e-7));
+    CHECK(std::stod(loss[2]) == Approx(std::stod(loss[0])).epsilon(1e-7));
     CHECK(accuracy[0] == accuracy[1]);
     CHECK(accuracy[0] == accuracy[2]);
   }

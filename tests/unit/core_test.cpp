@@ -743,7 +743,10 @@ TEST_CASE("serial_tasks: a task submitted without waking the thread runs on the 
   REQUIRE(woken.done.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
   CHECK(woken_ran_on != me);
 
-  // Not woken (runs::by_waiter): nothing runs it until this thread waits, then this thread does.
+  // Not woken (runs::by_waiter): once the thread sleeps, nothing runs it until this thread waits,
+  // then this thread does. (Submitted while the thread is still awake, it may run there.)
+  for (int i = 0; i < 30000 && !tasks.idle(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(tasks.idle());
   auto unwoken = tasks.submit([&] { unwoken_ran_on = std::this_thread::get_id(); order.push_back(2); }, false);
   CHECK(unwoken.done.wait_for(std::chrono::milliseconds(50)) == std::future_status::timeout);
   unwoken.help();
@@ -768,4 +771,48 @@ TEST_CASE("serial_tasks: a task submitted without waking the thread runs on the 
   tasks.stop();
   CHECK(ran);
   CHECK(last.done.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
+}
+
+TEST_CASE("serial_tasks: a waiter's task wakes the other threads that wait for it, and a stop() that waits for it", "[collective]") {
+  using namespace std::chrono_literals;
+  using dtrain::detail::serial_tasks;
+  constexpr auto ready = std::future_status::ready;
+  // A task that a waiter runs and holds until released.
+  struct held {
+    std::atomic<bool> taken{false}, release{false};
+    void run() {
+      taken = true;
+      while (!release) std::this_thread::sleep_for(1ms);
+    }
+  };
+
+  SECTION("a second thread waiting for the same task") {
+    serial_tasks tasks;
+    held h;
+    auto task = tasks.submit([&] { h.run(); }, false);
+    auto runner = std::async(std::launch::async, [&] { task.help(); });
+    while (!h.taken) std::this_thread::sleep_for(1ms);
+    auto second = std::async(std::launch::async, [&] { task.help(); });  // waits while the runner holds it
+    std::this_thread::sleep_for(50ms);
+    h.release = true;
+    CHECK(runner.wait_for(30s) == ready);
+    const bool returned = second.wait_for(30s) == ready;
+    CHECK(returned);
+    if (!returned) tasks.submit([] {}).done.wait();  // wakes it, so that a failure does not hang
+  }
+
+  SECTION("stop() called while a waiter runs the last task") {
+    serial_tasks tasks;
+    held h;
+    auto task = tasks.submit([&] { h.run(); }, false);
+    auto runner = std::async(std::launch::async, [&] { task.help(); });
+    while (!h.taken) std::this_thread::sleep_for(1ms);
+    auto stopping = std::async(std::launch::async, [&] { tasks.stop(); });
+    std::this_thread::sleep_for(50ms);
+    h.release = true;
+    CHECK(runner.wait_for(30s) == ready);
+    const bool stopped = stopping.wait_for(30s) == ready;
+    CHECK(stopped);
+    if (!stopped) tasks.submit([] {});  // wakes the thread, so that a failure does not hang
+  }
 }

@@ -51,6 +51,13 @@ class serial_tasks {
   /// Whether the task running now runs on a thread that waits for it (read from inside a task).
   bool by_waiter() const { return queue_->by_waiter; }
 
+  /// Whether the executor's thread sleeps until woken. A task submitted without `wake` while it is
+  /// still awake (busy, or about to sleep) may run on it.
+  bool idle() const {
+    std::lock_guard<std::mutex> lock(queue_->mutex);
+    return queue_->thread_sleeps;
+  }
+
   /// Runs what is queued, then ends the thread; tasks submitted later are never run.
   void stop() {
     if (!thread_.joinable()) return;
@@ -71,6 +78,8 @@ class serial_tasks {
     bool running = false;    // one task at a time, on whichever thread took it: the order is kept
     bool by_waiter = false;  // the running task runs on a thread that waits for it
     bool stop = false;
+    int sleeping_waiters = 0;  // threads in run_until() waiting for a task to finish
+    bool thread_sleeps = false;  // the executor's thread waits for a task or stop()
 
     // Runs the first queued task on this thread, the lock released meanwhile.
     void run_front(std::unique_lock<std::mutex>& lock, bool waiter) {
@@ -82,21 +91,29 @@ class serial_tasks {
       task();  // a failure goes to the task's future
       lock.lock();
       running = false;
-      // Waiters wait for the thread's tasks; the thread waits for a task after one a waiter ran
-      // (a waiter's own task done, nobody else needs to know).
-      if (!waiter || !tasks.empty()) changed.notify_all();
+      // After a task the thread ran, its waiters go on. After a waiter's own task, the thread is
+      // woken only if something is left for it (a task queued, or stop() waiting for the end),
+      // or another thread waits: waking it for nothing would take a core from a worker.
+      if (!waiter || !tasks.empty() || stop || sleeping_waiters > 0) changed.notify_all();
     }
     void run_until(const std::shared_future<void>& done) {
       std::unique_lock<std::mutex> lock(mutex);
       while (done.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
-        if (!running && !tasks.empty()) run_front(lock, true);
-        else changed.wait(lock);
+        if (!running && !tasks.empty()) {
+          run_front(lock, true);
+        } else {
+          ++sleeping_waiters;
+          changed.wait(lock);
+          --sleeping_waiters;
+        }
       }
     }
     void serve() {
       std::unique_lock<std::mutex> lock(mutex);
       for (;;) {
+        thread_sleeps = true;
         changed.wait(lock, [&] { return !running && (stop || !tasks.empty()); });
+        thread_sleeps = false;
         if (tasks.empty()) return;  // stopped, and every task has run
         run_front(lock, false);
       }

@@ -41,6 +41,8 @@ struct Validation {
 /// losses, the correct predictions and the samples in float64 on each rank and all-reduces the
 /// sums (not per-rank means, which are biased when shards differ in size), so every rank gets the
 /// numbers of one process over the whole split. `cm`, when given, is updated and summed too.
+/// (Up to the forward's own rounding: a BLAS may round one sample's logits differently in a batch
+/// of another size, as OpenBLAS's AVX-512 sgemm kernels do by an ulp.)
 ///
 /// Equal collective counts: a rank with fewer batches than the largest shard runs `step` on a
 /// filler batch (the split's first sample) whose result is discarded, so under strategy::fsdp<>,
