@@ -126,6 +126,7 @@ class Trainer {
     try {
       launch::install_worker_stop_handlers();
       launch::set_worker_threads(scaling_.threads_per_worker);
+      if (!who.store_on_driver && who.local_rank == 0) launch::warn_if_generic_blas_kernel();  // once a host
       retain_freed_memory_by_default();
       store = launch::connect_store(who, run_.rendezvous_timeout);
       launch::rendezvous(*store, who, run_.rendezvous_timeout);
@@ -201,6 +202,7 @@ class Trainer {
   template <class Loop>
   Result drive(Loop& loop) {
     launch::StopSignals stop_signals;  // SIGINT/SIGTERM stop the workers (run_group), then the run
+    launch::warn_if_generic_blas_kernel();
     // A fresh start moves the earlier run aside before any worker can see it.
     if (run_.start == Start::fresh)
       if (const auto old = RunDirectory(run_.path()).move_aside())

@@ -528,6 +528,21 @@ TEST_CASE("A worker forked under BlasThreadsForWorkers starts no OpenBLAS thread
   set_blas_threads(before_all);
 }
 
+TEST_CASE("OpenBLAS's generic kernel on a CPU with AVX2 or AVX-512 gets the OPENBLAS_CORETYPE that fixes it", "[threads]") {
+  using dtrain::launch::blas_kernel_fix;
+  CHECK(blas_kernel_fix("Prescott", false, true, true) == "SkylakeX");
+  CHECK(blas_kernel_fix("Prescott", false, false, true) == "Haswell");
+  CHECK(blas_kernel_fix("Prescott", false, false, false).empty());  // an old CPU: Prescott is its kernel
+  CHECK(blas_kernel_fix("Prescott", true, true, true).empty());     // the user chose it
+  CHECK(blas_kernel_fix("SkylakeX", false, true, true).empty());
+  CHECK(blas_kernel_fix("Haswell", false, true, true).empty());
+  CHECK(blas_kernel_fix("", false, true, true).empty());  // no OpenBLAS
+  // The test binary's LibTorch calls Debian's OpenBLAS (scripts/install-deps): its kernel has a name.
+  const auto kernel = dtrain::launch::blas_kernel();
+  INFO("OpenBLAS kernel " << kernel);
+  CHECK_FALSE(kernel.empty());
+}
+
 TEST_CASE("Restarts: max_failures and max_repeated_failures decide which failed group ends the run", "[restarts]") {
   using resumed = std::optional<std::pair<std::int64_t, std::int64_t>>;
   const auto cause = [](int rank) {
