@@ -7,7 +7,8 @@ terminal) and the screen is read with `tmux capture-pane` while it trains and af
 
 Normal verbosity: one line, redrawn in place (epoch, step/total, samples/s, loss, ETA), whose step
 and epoch advance and which ends at 100% with ETA 00:00; never two progress lines on the screen.
---verbose: the same single live line, with a line per report above it. --quiet: no progress line.
+--verbose: the same single live line, with a line per report above it. --quiet: no progress line
+and no line of dtrain's but warnings.
 """
 import os
 import re
@@ -102,7 +103,9 @@ try:
     # --- quiet: nothing ---------------------------------------------------------------------------
     final = run_in_terminal("quiet", ["--quiet"])[-1]
     print("final screen (--quiet):\n" + final)
-    check("EXITED 0" in final and "| step " not in final and "dtrain:" not in final, "--quiet: no progress line")
+    # Quiet still shows warnings (Verbosity::quiet), such as OpenBLAS's generic kernel on this CPU.
+    chatter = [l for l in final.splitlines() if l.startswith("dtrain:") and not l.startswith("dtrain: warning:")]
+    check("EXITED 0" in final and "| step " not in final and not chatter, "--quiet: no progress line")
 finally:
     tmux("kill-server")
 

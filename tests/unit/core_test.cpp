@@ -790,44 +790,42 @@ TEST_CASE("serial_tasks: a task submitted without waking the thread runs on the 
 
 TEST_CASE("serial_tasks: a waiter's task wakes the other threads that wait for it, and a stop() that waits for it", "[collective]") {
   using namespace std::chrono_literals;
-  using dtrain::detail::serial_tasks;
   constexpr auto ready = std::future_status::ready;
-  // A task that a waiter runs and holds until released.
+  // A task submitted unwoken, which a waiter (`runner`) runs and holds until released.
   struct held {
+    dtrain::detail::serial_tasks tasks;
     std::atomic<bool> taken{false}, release{false};
-    void run() {
-      taken = true;
-      while (!release) std::this_thread::sleep_for(1ms);
+    dtrain::detail::pending_task task = tasks.submit(
+        [this] {
+          taken = true;
+          while (!release) std::this_thread::sleep_for(1ms);
+        },
+        false);
+    std::future<void> runner = std::async(std::launch::async, [this] { task.help(); });
+    held() {
+      while (!taken) std::this_thread::sleep_for(1ms);
     }
   };
 
   SECTION("a second thread waiting for the same task") {
-    serial_tasks tasks;
     held h;
-    auto task = tasks.submit([&] { h.run(); }, false);
-    auto runner = std::async(std::launch::async, [&] { task.help(); });
-    while (!h.taken) std::this_thread::sleep_for(1ms);
-    auto second = std::async(std::launch::async, [&] { task.help(); });  // waits while the runner holds it
+    auto second = std::async(std::launch::async, [&] { h.task.help(); });  // waits while the runner holds it
     std::this_thread::sleep_for(50ms);
     h.release = true;
-    CHECK(runner.wait_for(30s) == ready);
+    CHECK(h.runner.wait_for(30s) == ready);
     const bool returned = second.wait_for(30s) == ready;
     CHECK(returned);
-    if (!returned) tasks.submit([] {}).done.wait();  // wakes it, so that a failure does not hang
+    if (!returned) h.tasks.submit([] {}).done.wait();  // wakes it, so that a failure does not hang
   }
 
   SECTION("stop() called while a waiter runs the last task") {
-    serial_tasks tasks;
     held h;
-    auto task = tasks.submit([&] { h.run(); }, false);
-    auto runner = std::async(std::launch::async, [&] { task.help(); });
-    while (!h.taken) std::this_thread::sleep_for(1ms);
-    auto stopping = std::async(std::launch::async, [&] { tasks.stop(); });
+    auto stopping = std::async(std::launch::async, [&] { h.tasks.stop(); });
     std::this_thread::sleep_for(50ms);
     h.release = true;
-    CHECK(runner.wait_for(30s) == ready);
+    CHECK(h.runner.wait_for(30s) == ready);
     const bool stopped = stopping.wait_for(30s) == ready;
     CHECK(stopped);
-    if (!stopped) tasks.submit([] {});  // wakes the thread, so that a failure does not hang
+    if (!stopped) h.tasks.submit([] {});  // wakes the thread, so that a failure does not hang
   }
 }
