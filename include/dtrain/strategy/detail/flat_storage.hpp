@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include <sys/mman.h>
 
@@ -49,9 +50,11 @@ inline at::DataPtr map_bytes(std::size_t bytes, c10::Device device) {
 // example's 2.4 MB of such buffers a step cost ~8 ms. Handing the pages to the kernel with
 // MADV_FREE instead was measured too: writing them again still cost half a fresh fault there.
 struct spare_pages {
-  at::DataPtr ptr;
-  std::size_t bytes = 0;
-  bool holds(std::size_t n) const { return ptr && bytes == n; }
+  at::DataPtr ptr;  // one of our mappings (its size in its context), or empty
+  bool holds(std::size_t n) const {
+    const auto* m = static_cast<const mapping*>(ptr.get_context());
+    return m && m->bytes == n;
+  }
 };
 
 // Frees a tensor's memory but keeps its storage object, so that every view of it (also the views
@@ -61,16 +64,12 @@ inline void free_storage(const torch::Tensor& t, spare_pages& spare) {
   auto* s = t.storage().unsafeGetStorageImpl();
   at::DataPtr old = s->set_data_ptr(at::DataPtr(nullptr, t.device()));
   s->set_nbytes(0);
-  if (auto* m = old.cast_context<mapping>(&unmap)) {
-    spare.bytes = m->bytes;
-    spare.ptr = std::move(old);
-  }
+  if (old.cast_context<mapping>(&unmap)) spare.ptr = std::move(old);
 }
 // The mapping in `spare` when it has `bytes`, else a new one (the memory's contents are undefined).
 inline at::DataPtr take_bytes(std::size_t bytes, c10::Device device, spare_pages& spare) {
   if (!spare.holds(bytes)) return map_bytes(bytes, device);
-  spare.bytes = 0;
-  return std::move(spare.ptr);
+  return std::exchange(spare.ptr, at::DataPtr(nullptr, device));
 }
 inline void allocate_storage(const torch::Tensor& t, std::size_t nbytes, spare_pages& spare) {
   auto* s = t.storage().unsafeGetStorageImpl();
