@@ -49,7 +49,7 @@ struct Options {
   std::string storage_path = "dtrain_runs", name = "fashion_mnist";
   std::uint64_t seed = 0;
   int max_failures = 0, keep = 2;
-  std::int64_t report_every = 0;
+  std::int64_t report_every = 0, record_every = 10;
   bool fresh = false, deterministic = false;
   std::string strategy = "ddp";
   dtrain::Verbosity verbosity = dtrain::Verbosity::normal;
@@ -61,7 +61,8 @@ constexpr const char* usage =
     "                     [--storage-path DIR] [--name NAME] [--seed N]\n"
     "                     [--max-failures N] [--keep-checkpoints N] [--fresh | --resume]\n"
     "                     [--deterministic]\n"
-    "                     [--strategy ddp|fsdp] [--report-every STEPS] [--quiet | --verbose]\n";
+    "                     [--strategy ddp|fsdp] [--report-every STEPS] [--record-every STEPS]\n"
+    "                     [--quiet | --verbose]\n";
 
 [[noreturn]] void usage_error(const std::string& why) {
   std::cerr << "fashion_mnist: " << why << "\n" << usage;
@@ -128,6 +129,7 @@ Options parse(int argc, char** argv) {
       o.strategy = value;
     }
     else if (flag == "--report-every") o.report_every = integer(0, int64_max);
+    else if (flag == "--record-every") o.record_every = integer(0, int64_max);
     else usage_error("unknown flag " + flag);
   }
   if (o.global_batch % o.workers != 0)
@@ -158,6 +160,7 @@ int main(int argc, char** argv) try {
                     .score_order = dtrain::ScoreOrder::max};
   run.failure.max_failures = opt.max_failures;
   run.progress.verbosity = opt.verbosity;
+  run.progress.record_every = opt.record_every;  // rank 0's steps.jsonl: the report's loss curve
   run.train_loop_config = {{"model", opt.model}, {"global_batch", opt.global_batch}, {"epochs", opt.epochs},
                            {"learning_rate", 1e-3}, {"optimizer", "adam"}, {"seed", static_cast<std::int64_t>(opt.seed)},
                            {"max_steps", opt.max_steps ? *opt.max_steps : std::int64_t{-1}}};

@@ -156,10 +156,18 @@ struct ProgressConfig {
   Verbosity verbosity = Verbosity::normal;
   std::chrono::milliseconds interval = std::chrono::seconds(10);
   std::chrono::milliseconds refresh = std::chrono::milliseconds(200);
+  /// Every this many optimizer steps rank 0 appends a row to the run directory's steps.jsonl: the
+  /// mean loss given to ctx.backward since the last row, the group's samples/s over those steps
+  /// and the values ctx.log_step() was given, so that report.html draws curves within an epoch.
+  /// Whatever the verbosity; 0 records nothing. No collective: other ranks do nothing.
+  std::int64_t record_every = 10;
 
   void validate() const {
     if (interval.count() <= 0 || refresh.count() <= 0)
       throw ConfigError("ProgressConfig: interval and refresh must be positive durations");
+    if (record_every < 0)
+      throw ConfigError("ProgressConfig::record_every is " + std::to_string(record_every) +
+                        "; use a number of optimizer steps, or 0 to record no step history");
   }
 };
 

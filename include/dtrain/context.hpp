@@ -188,6 +188,13 @@ class Context {
     return stepped;
   }
 
+  /// Values to record with the step history's next row (steps.jsonl, every
+  /// ProgressConfig::record_every steps): a learning rate, a gradient norm, anything that changes
+  /// within an epoch. Not synchronised and no collective: rank 0's values are the ones recorded,
+  /// other ranks' calls cost nothing. A name given twice before the row keeps its last value.
+  /// `ctx.log_step({{"lr", scheduler.lr()}});`
+  void log_step(const Metrics& values) { meter_.log(values); }
+
   /// The number of optimizer steps the progress line counts towards (for its step/total and ETA),
   /// when the loop stops before ctx.epochs(n) ends (a step limit, early stopping). Without it the
   /// total is n epochs of the Trainer's Sampler's batches.

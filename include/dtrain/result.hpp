@@ -86,15 +86,16 @@ class MetricsHistory {
     return h;
   }
 
-  /// Cuts a JSON Lines history back to the rows of iterations 1..`last_iteration` (a resumed run
-  /// continues after its checkpoint); with none left the file is removed.
-  static void truncate_jsonl(const std::filesystem::path& path, std::int64_t last_iteration) {
+  /// Cuts a JSON Lines history back to the rows whose `column` (metrics.jsonl's "iteration",
+  /// steps.jsonl's "step") is at most `last` (a resumed run continues after its checkpoint); with
+  /// none left the file is removed.
+  static void truncate_jsonl(const std::filesystem::path& path, std::string_view column, std::int64_t last) {
     MetricsHistory kept;
     const auto history = read_jsonl(path);  // a range-for over read_jsonl(path).rows() would dangle
-    if (last_iteration > 0)
+    if (last > 0)
       for (const auto& row : history.rows()) {
-        auto it = row.find("iteration");
-        if (it != row.end() && it->second.is_number() && it->second.number() <= static_cast<double>(last_iteration))
+        auto it = row.find(column);
+        if (it != row.end() && it->second.is_number() && it->second.number() <= static_cast<double>(last))
           kept.push_back(row);
       }
     std::error_code ec;

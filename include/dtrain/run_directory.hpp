@@ -8,6 +8,8 @@
 //   checkpoint_stats.json    how long checkpoints held up training (the last group's)
 //   params.json        the run's parameters: policies, ScalingConfig, RunConfig, train_loop_config
 //   metrics.jsonl      one JSON object per report() of rank 0
+//   steps.jsonl        rank 0's loss and throughput every ProgressConfig::record_every steps, and
+//                      each worker group's start
 //   metrics.csv        the same table as CSV, written when the loop ends
 //   checkpoints.json   the index of valid checkpoints with their scores, the latest and the best
 //   evaluations.json   evaluations recorded with ctx.record_evaluation
@@ -76,6 +78,7 @@ class RunDirectory {
   /// @{
   std::filesystem::path params() const { return root_ / "params.json"; }
   std::filesystem::path history() const { return root_ / "metrics.jsonl"; }
+  std::filesystem::path step_history() const { return root_ / "steps.jsonl"; }
   std::filesystem::path history_table() const { return root_ / "metrics.csv"; }
   std::filesystem::path checkpoint_index() const { return root_ / "checkpoints.json"; }
   std::filesystem::path checkpoint_stats() const { return root_ / "checkpoint_stats.json"; }

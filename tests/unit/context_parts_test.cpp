@@ -284,10 +284,10 @@ TEST_CASE("MetricsHistory::truncate_jsonl keeps the rows up to a resumed iterati
   const auto path = tmp / "metrics.jsonl";
   for (int i = 1; i <= 4; ++i) d::MetricsHistory::append_jsonl(path, {{"iteration", i}, {"epoch", 0}, {"loss", 1.0 / i}});
   const auto before = d::MetricsHistory::read_jsonl(path);
-  d::MetricsHistory::truncate_jsonl(path, 3);
+  d::MetricsHistory::truncate_jsonl(path, "iteration", 3);
   const auto after = d::MetricsHistory::read_jsonl(path);
   REQUIRE(after.size() == 3);
   for (std::size_t i = 0; i < 3; ++i) CHECK(after[i] == before[i]);
-  d::MetricsHistory::truncate_jsonl(path, 0);  // a fresh start
+  d::MetricsHistory::truncate_jsonl(path, "iteration", 0);  // a fresh start
   CHECK_FALSE(std::filesystem::exists(path));
 }

@@ -5,10 +5,12 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
@@ -21,6 +23,7 @@
 #include <dtrain/tracker/none.hpp>
 #include <dtrain/tracking/progress.hpp>
 #include <dtrain/tracking/report.hpp>
+#include <dtrain/tracking/step_history.hpp>
 
 namespace d = dtrain;
 using dtrain_test::MessageContains;
@@ -130,7 +133,8 @@ TEST_CASE("report.html: curves, restart markers, tables, confusion matrix, escap
   CHECK(html.find("<script") == std::string::npos);
   CHECK(html.find("http://") == html.find("http://www.w3.org/2000/svg"));  // the SVG namespace only
   CHECK(html.find("data-metric=\"loss\"") != std::string::npos);
-  CHECK(html.find("data-metric=\"a&lt;b\"") != std::string::npos);  // escaped
+  CHECK(html.find("data-metric=\"a&lt;b\"") == std::string::npos);  // a constant is no curve,
+  CHECK(html.find("<td>a&lt;b</td>") != std::string::npos);           // but a row of the table, escaped
   CHECK(html.find("data-metric=\"note\"") == std::string::npos);     // text is not a curve
   CHECK(html.find("data-metric=\"timestamp\"") == std::string::npos);
   CHECK(html.find("class=\"restart\"") != std::string::npos);
@@ -143,6 +147,168 @@ TEST_CASE("report.html: curves, restart markers, tables, confusion matrix, escap
   CHECK(html.find("id=\"throughput-chart\"") != std::string::npos);
   CHECK(html.find("train_loop_config.model") != std::string::npos);
   CHECK(html.find("checkpoint_000003") != std::string::npos);
+}
+
+// The attribute values of every `name="..."` in `html`, in order.
+std::vector<std::string> attributes(const std::string& html, const std::string& name) {
+  std::vector<std::string> out;
+  const std::string key = " " + name + "=\"";
+  for (auto at = html.find(key); at != std::string::npos; at = html.find(key, at + 1)) {
+    const auto from = at + key.size();
+    out.push_back(html.substr(from, html.find('"', from) - from));
+  }
+  return out;
+}
+
+TEST_CASE("report.html: the step history's curves, training beside validation, one-point series in the table", "[tracking][report]") {
+  TempDir dir;
+  auto run = sample_run(dir / "r", "finished");
+  run.outcome["failures"] = nlohmann::json::array();
+  run.checkpoints = nlohmann::json::object();
+  run.history = {};
+  for (int i = 1; i <= 3; ++i)  // one report per epoch, each with its training and validation loss
+    run.history.push_back({{"iteration", i}, {"epoch", i - 1}, {"step", 100 * i}, {"timestamp", 1000.0 + 10 * i},
+                           {"train_loss", 1.0 / i}, {"val_loss", 1.2 / i}, {"model_bytes", 1048576},
+                           {"first_step_unix", 1795720000.25}, {"train_loop_s", 83.4 * i}});
+  run.history.push_back({{"iteration", 4}, {"epoch", 2}, {"step", 300}, {"timestamp", 1031.0}, {"test_accuracy", 0.9}});
+  run.params["run"] = {{"progress", {{"record_every", 10}}}};
+  run.step_history.push_back({{"step", 0}, {"epoch", 0}, {"timestamp", 1000.0}, {"event", "start"}, {"world_size", 2}});
+  for (int s = 4; s <= 300; s += 4) {
+    if (s == 152)  // a later fit() resumed the run from its checkpoint at step 148
+      run.step_history.push_back({{"step", 148}, {"epoch", 1}, {"timestamp", 1016.0}, {"event", "resume"}, {"world_size", 2}});
+    run.step_history.push_back({{"step", s}, {"epoch", s / 100}, {"timestamp", 1000.0 + s / 10.0}, {"loss", 2.0 / s},
+                                {"samples_per_s", 5000.0 + s}, {"lr", 0.001}});
+  }
+  const auto html = d::tracking::render_report(run);
+
+  // One chart per quantity: the step history's loss, train_loss and val_loss together.
+  CHECK(attributes(html, "data-metric") == std::vector<std::string>{"loss", "loop_s", "throughput"});
+  CHECK(attributes(html, "data-series") ==
+        std::vector<std::string>{"loss", "train_loss", "val_loss", "train_loop_s", "samples_per_s"});
+  CHECK(attributes(html, "data-points") == std::vector<std::string>{"75", "3", "3", "3", "75"});
+  CHECK(html.find("loss (every 10 steps, rank 0)") != std::string::npos);  // the legend says where from
+  CHECK(html.find("val_loss (reports)") != std::string::npos);
+  // 75 points are a line without dots; three get dots with their values.
+  CHECK(html.find("<title>val_loss, step 300: 0.4</title>") != std::string::npos);
+  CHECK(html.find("<title>loss, step") == std::string::npos);
+  // The resume is marked on both axes: step 148 on the two step charts, 16 s after the start on
+  // the time chart.
+  const auto restart_lines = attributes(html, "class");
+  CHECK(std::count(restart_lines.begin(), restart_lines.end(), "restart") == 3);
+  CHECK(html.find("resumed from step 148 at ") != std::string::npos);
+  CHECK(html.find(">seconds since the start<") != std::string::npos);
+  // Constants (lr, model_bytes) and single values (test_accuracy) are no curves but table rows,
+  // written as a person reads them.
+  CHECK(html.find("data-series=\"lr\"") == std::string::npos);
+  CHECK(html.find("<td>test_accuracy</td><td>0.9</td><td>300</td><td>1</td>") != std::string::npos);
+  CHECK(html.find("<td>model_bytes</td><td>1 MiB (1048576 bytes)</td>") != std::string::npos);
+  CHECK(html.find("<td>first_step_unix</td><td>2026-11-26 19:06:40 UTC</td>") != std::string::npos);
+  CHECK(html.find("<td>train_loop_s</td><td>250.2 s (4:10)</td>") != std::string::npos);
+  CHECK(html.find("e+09") == std::string::npos);
+  // Nothing to show, no section: no restarts, no checkpoints.
+  CHECK(html.find("<h2>Restarts</h2>") == std::string::npos);
+  CHECK(html.find("<h2>Checkpoints</h2>") == std::string::npos);
+  CHECK(html.find("<h2>Curves</h2>") != std::string::npos);
+}
+
+TEST_CASE("report.html: a run of one report has no chart but its values; a damaged steps.jsonl is passed over", "[tracking][report]") {
+  TempDir dir;
+  const auto run_dir = dir / "r";
+  std::filesystem::create_directories(run_dir);
+  d::MetricsHistory::append_jsonl(run_dir / "metrics.jsonl",
+                                  {{"iteration", 1}, {"epoch", 0}, {"step", 469}, {"timestamp", 1000.0}, {"loss", 0.5}});
+  { std::ofstream(run_dir / "steps.jsonl") << "{\"step\": 10, \"loss\": 0.7}\n{\"step\": 20, \"lo"; }
+  const auto html = d::tracking::render_report(d::tracking::RunRecord::read(run_dir));
+  CHECK(html.find("<svg") == std::string::npos);
+  CHECK(html.find("<h2>Curves</h2>") == std::string::npos);
+  CHECK(html.find("<td>loss</td><td>0.5</td><td>469</td><td>1</td>") != std::string::npos);
+}
+
+TEST_CASE("html: durations, dates, sizes and integers as a person reads them", "[tracking][report]") {
+  namespace h = d::tracking::html;
+  CHECK(h::duration(0.4213) == "0.421 s");
+  CHECK(h::duration(59.0) == "59 s");
+  CHECK(h::duration(83.41) == "83.41 s (1:23)");
+  CHECK(h::duration(4000) == "4000 s (1:06:40)");
+  CHECK(h::value_text("timestamp", 1795723421.02) == "2026-11-26 20:03:41 UTC");
+  CHECK(h::value_text("first_step_unix", 0.0) == "-");
+  CHECK(h::value_text("train_samples_per_s", 6661.66) == "6661.66");  // a rate, not a duration
+  CHECK(h::value_text("train_loop_s", 9.007) == "9.007 s");
+  CHECK(h::value_text("model_state_bytes", 6746272.0) == "6.434 MiB (6746272 bytes)");
+  CHECK(h::value_text("model_state_bytes", 512) == "512");
+  CHECK(h::value_text("steps", 469) == "469");
+  CHECK(h::value_text("note", "text") == "text");
+  CHECK(h::escape("<a href='x'>&</a>") == "&lt;a href=&#39;x&#39;&gt;&amp;&lt;/a&gt;");
+  // Tick labels in plain digits: 110000 samples/s, not 1.1e+05; a step count of 200000 likewise.
+  const auto chart = h::line_chart("c", "throughput", "step", {{"samples_per_s", {0, 200000}, {100000, 110000}}});
+  CHECK(chart.find(">110000<") != std::string::npos);
+  CHECK(chart.find(">200000<") != std::string::npos);
+  CHECK(chart.find("e+0") == std::string::npos);
+  CHECK(h::line_chart("c", "nothing", "step", {{"x", {1.0}, {std::nan("")}}}).empty());
+}
+
+TEST_CASE("StepHistory: a row every N steps with the mean loss and samples/s, group starts, cut back on resume", "[tracking][steps]") {
+  TempDir dir;
+  const auto path = dir / "steps.jsonl";
+  {
+    d::tracking::StepHistory h(path, 3);
+    h.group_started(0, 0, /*attempt=*/0, /*world_size=*/2);
+    std::int64_t samples = 0;
+    for (int step = 1; step <= 7; ++step) {
+      h.on_backward(torch::tensor(static_cast<float>(step)));
+      if (step == 5) h.log({{"lr", 0.5}, {"note", "warm"}});
+      if (step == 6) h.log({{"lr", 0.25}});  // the last value before the row wins
+      samples += 64;
+      h.on_step(step, 0, samples);
+    }
+  }
+  auto rows = d::MetricsHistory::read_jsonl(path);
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0].at("event").text() == "start");
+  CHECK(rows[0].at("world_size").number() == 2);
+  CHECK(rows[0].at("step").number() == 0);
+  CHECK(rows[1].at("step").number() == 3);
+  CHECK(rows[1].at("loss").number() == 2.0);  // steps 1-3 (the group's first step starts the clock, its loss counts)
+  CHECK(rows[1].at("samples_per_s").number() > 0);
+  CHECK_FALSE(rows[1].count("lr"));
+  CHECK(rows[2].at("step").number() == 6);
+  CHECK(rows[2].at("loss").number() == 5.0);  // steps 4-6
+  CHECK(rows[2].at("lr").number() == 0.25);
+  CHECK(rows[2].at("note").text() == "warm");
+  // A restarted group from the checkpoint at step 3: the rows after it go, the restart is recorded.
+  d::tracking::StepHistory(path, 3).group_started(3, 0, /*attempt=*/1, 2);
+  rows = d::MetricsHistory::read_jsonl(path);
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[1].at("step").number() == 3);
+  CHECK(rows[2].at("event").text() == "restart");
+  d::tracking::StepHistory(path, 3).group_started(3, 0, /*attempt=*/0, 2);  // a later fit()
+  CHECK(d::MetricsHistory::read_jsonl(path)[3].at("event").text() == "resume");
+  // A long interval: the losses are folded into a partial sum as they come (every 256), same mean.
+  const auto long_path = dir / "long.jsonl";
+  d::tracking::StepHistory every600(long_path, 600);
+  for (int step = 1; step <= 600; ++step) {
+    every600.on_backward(torch::tensor(static_cast<float>(step)));
+    every600.on_step(step, 0, 64 * step);
+  }
+  rows = d::MetricsHistory::read_jsonl(long_path);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].at("loss").number() == 300.5);
+  // record_every = 0, and every rank but 0: nothing.
+  d::tracking::StepHistory off(dir / "off.jsonl", 0);
+  off.group_started(0, 0, 0, 1);
+  off.on_step(10, 0, 640);
+  CHECK_FALSE(std::filesystem::exists(dir / "off.jsonl"));
+}
+
+TEST_CASE("StepHistory: a file that cannot be written costs a warning, never the training", "[tracking][steps]") {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "steps.jsonl");  // a directory where the file should be,
+  std::ofstream(dir / "steps.jsonl" / "keep") << "x";         // not empty, so not removed
+  d::tracking::StepHistory h(dir / "steps.jsonl", 1);
+  CHECK_NOTHROW(h.group_started(0, 0, 0, 1));
+  CHECK_FALSE(h.enabled());
+  CHECK_NOTHROW(h.on_step(1, 0, 1));
+  CHECK_NOTHROW(h.on_step(2, 0, 2));
 }
 
 TEST_CASE("tracker::mlflow<>: a failed run's meta.yaml, metrics, params and tags", "[tracking][mlflow]") {

@@ -26,7 +26,9 @@ Context<Policies>::Context(const launch::WorkerIdentity& who, c10::intrusive_ptr
       device_(backend::device(who.local_rank)),
       comm_(c10::make_intrusive<c10d::PrefixStore>(group_.key("pg"), group_.store_ptr()), who, run.collective_timeout),
       precision_(precision_ops::make_state(device_, comm_)),
-      meter_(run.progress, who.rank == 0),
+      meter_(run.progress, who.rank == 0, 2, std::nullopt,
+             who.rank == 0 ? tracking::StepHistory(dir_.step_history(), run.progress.record_every)
+                           : tracking::StepHistory()),
       checkpoints_(group_, run),
       stop_(group_, run.failure.stop_poll) {
   backend_traits<backend>::on_stall(comm_, [this] { group_.check_peers("a collective"); });
@@ -62,7 +64,10 @@ Context<Policies>::Context(const launch::WorkerIdentity& who, c10::intrusive_ptr
     cursor_.resume(position ? position->first : ck->epoch(), position ? position->second : 0,
                    ck->sample_offset(from).value_or(-1), !same_world);
   }
-  if (who.rank == 0) MetricsHistory::truncate_jsonl(dir_.history(), kept);
+  if (who.rank == 0) {
+    MetricsHistory::truncate_jsonl(dir_.history(), "iteration", kept);
+    meter_.history().group_started(steps_, cursor_.epoch(), who.attempt, who.world_size);
+  }
   stop_.start_counting_at(steps_);
   mark_progress("the start of the train loop");  // FailureConfig::progress_timeout counts from here
 }

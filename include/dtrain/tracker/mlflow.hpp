@@ -17,7 +17,7 @@
 //     params/<key>                     the value, as text
 //     metrics/<key>                    lines "<timestamp ms> <value> <step>", one appended per report
 //     tags/<key>                       mlflow.runName, mlflow.user, mlflow.source.name, ...
-//     artifacts/                       report.html, metrics.csv and the run's JSON files
+//     artifacts/                       report.html, metrics.csv, steps.jsonl and the run's JSON files
 
 #include <pwd.h>
 #include <unistd.h>
@@ -231,7 +231,7 @@ struct mlflow {
       md::write_text(dir / "tags" / "mlflow.note.content", run.outcome.value("status", "failed") + ": " + run.outcome.at("error").get<std::string>());
     // Artifacts: the run's own files, as they are now.
     const auto files = run.directory();
-    for (const auto& f : {files.report(), files.history_table(), files.params(), files.outcome(),
+    for (const auto& f : {files.report(), files.history_table(), files.step_history(), files.params(), files.outcome(),
                           files.checkpoint_index(), files.evaluations()}) {
       std::error_code ec;
       if (std::filesystem::exists(f, ec))

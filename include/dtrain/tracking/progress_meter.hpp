@@ -1,17 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // ProgressMeter: the counts rank 0's progress line shows (steps, samples, rates since the group's
-// first step, the last loss), and when to draw it.
+// first step, the last loss), and when to draw it; the same counts go into the step history.
 
 #include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <torch/types.h>
 
 #include <dtrain/config.hpp>
 #include <dtrain/tracking/progress.hpp>
+#include <dtrain/tracking/step_history.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -23,8 +25,10 @@ class ProgressMeter {
  public:
   /// Draws only on rank 0 (`enabled`), and only when the configured verbosity asks for it, on
   /// `fd` (stderr; `terminal` as Progress takes it).
-  ProgressMeter(const ProgressConfig& config, bool enabled, int fd = 2, std::optional<bool> terminal = std::nullopt)
-      : progress_(config, enabled, fd, terminal) {}
+  /// `history`: rank 0's steps.jsonl (records nothing by default).
+  ProgressMeter(const ProgressConfig& config, bool enabled, int fd = 2, std::optional<bool> terminal = std::nullopt,
+                StepHistory history = {})
+      : progress_(config, enabled, fd, terminal), history_(std::move(history)) {}
 
   bool enabled() const { return progress_.enabled(); }
   bool verbose() const { return progress_.verbose(); }
@@ -32,7 +36,11 @@ class ProgressMeter {
   /// The loss of this step; read only when a line is drawn.
   void on_backward(const torch::Tensor& loss) {
     if (enabled()) last_loss_ = loss.detach();
+    history_.on_backward(loss);
   }
+  /// Values for the step history's next row (ctx.log_step).
+  void log(const Metrics& values) { history_.log(values); }
+  StepHistory& history() { return history_; }
   /// Samples the whole group trained (the Trainer's Sampler's batches times the world size).
   void add_samples(std::int64_t n) { samples_ += n; }
   void set_epochs(std::int64_t n) { epochs_ = n; }
@@ -42,6 +50,7 @@ class ProgressMeter {
   /// After optimizer step number `steps` (counting a resumed run's) in `epoch` of `epoch_batches`
   /// batches: draws the line when one is due. Rates need two steps of this group.
   void on_step(std::int64_t steps, std::int64_t epoch, std::int64_t epoch_batches) {
+    history_.on_step(steps, epoch, samples_);
     if (first_step_ == clock::time_point{}) {
       first_step_ = clock::now();
       steps_at_first_ = steps - 1;
@@ -78,6 +87,7 @@ class ProgressMeter {
   }
 
   Progress progress_;
+  StepHistory history_;
   torch::Tensor last_loss_;
   std::int64_t epochs_ = 0, total_steps_ = 0, samples_ = 0, steps_at_first_ = 0, samples_at_first_ = 0;
   clock::time_point first_step_{};

@@ -91,12 +91,24 @@ inline void record_evaluation(const RunDirectory& run_dir, const nlohmann::json&
   write_json(run_dir.evaluations(), doc);
 }
 
+/// steps.jsonl, read for a page: a file that cannot be read (cut short by a full disk, say) gives
+/// a warning and no step curves, never a run that cannot end.
+inline MetricsHistory read_step_history(const RunDirectory& dir) {
+  try {
+    return MetricsHistory::read_jsonl(dir.step_history());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dtrain: warning: %s; report.html shows no curves from it\n", e.what());
+    return {};
+  }
+}
+
 /// A run as a tracker sees it: the run directory's files, read back into memory. The driver
 /// builds one when the run starts (params, outcome "running") and again when it ends.
 struct RunRecord {
   std::filesystem::path path;
   nlohmann::json params = nlohmann::json::object();
   MetricsHistory history;
+  MetricsHistory step_history;  // steps.jsonl (tracking/step_history.hpp)
   nlohmann::json checkpoints = nlohmann::json::object();
   nlohmann::json evaluations = nlohmann::json::array();
   nlohmann::json outcome = nlohmann::json::object();
@@ -123,6 +135,7 @@ struct RunRecord {
     const RunDirectory dir(run_dir);
     r.params = read_json(dir.params(), nlohmann::json::object());
     r.history = MetricsHistory::read_jsonl(dir.history());
+    r.step_history = read_step_history(dir);
     r.checkpoints = read_json(dir.checkpoint_index(), nlohmann::json::object());
     r.evaluations = read_json(dir.evaluations(), nlohmann::json::object()).value("evaluations", nlohmann::json::array());
     r.outcome = read_json(dir.outcome(), nlohmann::json::object());
@@ -186,7 +199,8 @@ nlohmann::json params_json(const ScalingConfig& scaling, const RunConfig& run) {
         {"seed", run.seed ? nlohmann::json(*run.seed) : nlohmann::json(nullptr)},
         {"progress",
          {{"verbosity", verbosity[static_cast<int>(run.progress.verbosity)]},
-          {"interval_ms", run.progress.interval.count()}}}}},
+          {"interval_ms", run.progress.interval.count()},
+          {"record_every", run.progress.record_every}}}}},
       {"checkpoint",
        {{"num_to_keep", run.checkpoint.num_to_keep},
         {"score_attribute", run.checkpoint.score_attribute},

@@ -1,20 +1,25 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // report.html: one self-contained page per run (inline SVG and CSS, no script, no network) with the
-// metric curves by step, throughput over time, restarts marked, the final metrics, evaluations
-// with their confusion matrices, the checkpoints and the parameters.
+// metric curves by step, throughput over time, restarts and resumes marked, the latest value of
+// every metric, evaluations with their confusion matrices, the checkpoints and the parameters.
+// Its pieces (charts, tables, value formats) are tracking/html.hpp's.
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <ctime>
+#include <cstdint>
 #include <limits>
+#include <map>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include <dtrain/tracking/html.hpp>
 #include <dtrain/tracking/record.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -23,148 +28,52 @@ namespace tracking {
 
 namespace detail {
 
-inline std::string escape(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
-inline std::string number(double v, int precision = 6) {
-  if (std::isnan(v)) return "NaN";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*g", precision, v);
-  return buf;
-}
-
-inline std::string utc(double unix_s) {
-  if (!(unix_s > 0)) return "-";
-  const std::time_t t = static_cast<std::time_t>(unix_s);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
-  return buf;
-}
-
-// Tick values 1, 2 or 5 times a power of ten, about `n` of them over [lo, hi].
-inline std::vector<double> ticks(double lo, double hi, int n = 5) {
-  std::vector<double> out;
-  if (!(hi > lo)) return {lo};
-  const double raw = (hi - lo) / n, mag = std::pow(10.0, std::floor(std::log10(raw)));
-  const double step = raw / mag >= 5 ? 5 * mag : raw / mag >= 2 ? 2 * mag : mag;
-  for (double t = std::ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) out.push_back(std::abs(t) < step * 1e-9 ? 0 : t);
-  return out;
-}
-
-/// A vertical marker on a chart: a restart, at x.
-struct Marker {
-  double x;
-  std::string label;
-};
-
-/// A line chart as inline SVG: `xs` against `ys` (NaN points are skipped), with axes, ticks and a
-/// <title> on every point. Markers are dashed vertical lines of class "restart".
-inline std::string line_chart(const std::string& id, const std::string& title, const std::string& x_label,
-                              const std::vector<double>& xs, const std::vector<double>& ys,
-                              const std::vector<Marker>& markers = {}) {
-  constexpr double W = 480, H = 270, left = 62, right = 16, top = 30, bottom = 42;
-  double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
-  std::vector<std::pair<double, double>> pts;
-  for (std::size_t i = 0; i < xs.size() && i < ys.size(); ++i) {
-    if (!std::isfinite(xs[i]) || !std::isfinite(ys[i])) continue;
-    pts.emplace_back(xs[i], ys[i]);
-    x0 = std::min(x0, xs[i]);
-    x1 = std::max(x1, xs[i]);
-    y0 = std::min(y0, ys[i]);
-    y1 = std::max(y1, ys[i]);
-  }
-  for (const auto& m : markers)
-    if (std::isfinite(m.x) && !pts.empty()) {
-      x0 = std::min(x0, m.x);
-      x1 = std::max(x1, m.x);
-    }
-  if (pts.empty()) return "";
-  if (x1 <= x0) { x0 -= 1; x1 += 1; }
-  if (y1 <= y0) {
-    const double pad = y0 == 0 ? 1 : std::abs(y0) * 0.05;
-    y0 -= pad;
-    y1 += pad;
-  } else {
-    const double pad = (y1 - y0) * 0.05;
-    y0 -= pad;
-    y1 += pad;
-  }
-  auto px = [&](double x) { return left + (x - x0) / (x1 - x0) * (W - left - right); };
-  auto py = [&](double y) { return H - bottom - (y - y0) / (y1 - y0) * (H - top - bottom); };
-  std::string s = "<figure class=\"chart\" id=\"" + escape(id) + "\"><svg xmlns=\"http://www.w3.org/2000/svg\" "
-                  "class=\"curve\" data-metric=\"" + escape(title) + "\" width=\"" + number(W) + "\" height=\"" +
-                  number(H) + "\" viewBox=\"0 0 " + number(W) + " " + number(H) + "\" role=\"img\">";
-  s += "<title>" + escape(title) + " by " + escape(x_label) + "</title>";
-  s += "<text x=\"" + number(W / 2) + "\" y=\"18\" text-anchor=\"middle\" class=\"title\">" + escape(title) + "</text>";
-  // Grid and tick labels.
-  for (double t : ticks(y0, y1)) {
-    const double y = py(t);
-    s += "<line class=\"grid\" x1=\"" + number(left) + "\" x2=\"" + number(W - right) + "\" y1=\"" + number(y) +
-         "\" y2=\"" + number(y) + "\"/><text class=\"tick\" x=\"" + number(left - 6) + "\" y=\"" + number(y + 4) +
-         "\" text-anchor=\"end\">" + number(t, 4) + "</text>";
-  }
-  for (double t : ticks(x0, x1)) {
-    const double x = px(t);
-    s += "<line class=\"grid\" x1=\"" + number(x) + "\" x2=\"" + number(x) + "\" y1=\"" + number(top) + "\" y2=\"" +
-         number(H - bottom) + "\"/><text class=\"tick\" x=\"" + number(x) + "\" y=\"" + number(H - bottom + 16) +
-         "\" text-anchor=\"middle\">" + number(t, 5) + "</text>";
-  }
-  s += "<rect class=\"frame\" x=\"" + number(left) + "\" y=\"" + number(top) + "\" width=\"" + number(W - left - right) +
-       "\" height=\"" + number(H - top - bottom) + "\"/>";
-  s += "<text class=\"axis\" x=\"" + number((left + W - right) / 2) + "\" y=\"" + number(H - 6) +
-       "\" text-anchor=\"middle\">" + escape(x_label) + "</text>";
-  for (const auto& m : markers) {
-    if (!std::isfinite(m.x)) continue;
-    const double x = px(m.x);
-    s += "<line class=\"restart\" x1=\"" + number(x) + "\" x2=\"" + number(x) + "\" y1=\"" + number(top) +
-         "\" y2=\"" + number(H - bottom) + "\"><title>" + escape(m.label) + "</title></line>";
-  }
-  std::string poly;
-  for (const auto& [x, y] : pts) poly += number(px(x)) + "," + number(py(y)) + " ";
-  s += "<polyline class=\"line\" points=\"" + poly + "\"/>";
-  for (const auto& [x, y] : pts)
-    s += "<circle class=\"point\" cx=\"" + number(px(x)) + "\" cy=\"" + number(py(y)) + "\" r=\"3\"><title>" +
-         escape(x_label) + " " + number(x) + ": " + number(y) + "</title></circle>";
-  s += "</svg></figure>";
-  return s;
-}
-
-// The history's own bookkeeping columns, and time stamps: not curves.
+// The history's own bookkeeping columns, time stamps and throughput (charted against time): not
+// curves by step.
 inline bool is_curve(const std::string& column) {
-  static const std::set<std::string> skip = {"iteration", "epoch", "step", "timestamp"};
-  if (skip.count(column)) return false;
-  return !(column.size() > 5 && column.compare(column.size() - 5, 5, "_unix") == 0);
+  static const std::set<std::string> skip = {"iteration", "epoch", "step", "timestamp", "event", "world_size"};
+  auto ends = [&](std::string_view tail) {
+    return column.size() >= tail.size() && column.compare(column.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return !skip.count(column) && !ends("_unix") && column.find("samples_per_s") == std::string::npos;
 }
 
-inline std::string metric_text(const nlohmann::json& v) {
-  if (v.is_number_float()) return number(v.get<double>());
-  if (v.is_string()) return v.get<std::string>();
-  return v.dump();
+// Training and validation of one quantity share a chart: "val_loss", "train_loss" and the step
+// history's "loss" all go on the chart "loss".
+inline std::string chart_of(std::string column) {
+  for (bool cut = true; cut;) {
+    cut = false;
+    for (std::string_view prefix : {"train_", "training_", "val_", "valid_", "validation_", "eval_", "test_"})
+      if (column.size() > prefix.size() && column.compare(0, prefix.size(), prefix) == 0) {
+        column.erase(0, prefix.size());
+        cut = true;
+      }
+  }
+  return column;
 }
 
-inline std::string table_of(const std::string& id, const nlohmann::json& object) {
-  std::string s = "<table id=\"" + id + "\"><tr><th>name</th><th>value</th></tr>";
-  for (const auto& [k, v] : object.items())
-    s += "<tr><td>" + escape(k) + "</td><td>" + escape(metric_text(v)) + "</td></tr>";
-  return s + "</table>";
+// Whether a series is a curve: two points or more, not all the same (a constant is a table's).
+inline bool varies(const html::Series& s) {
+  if (s.points() < 2) return false;
+  std::optional<double> first;
+  for (std::size_t i = 0; i < s.xs.size() && i < s.ys.size(); ++i) {
+    if (!std::isfinite(s.xs[i]) || !std::isfinite(s.ys[i])) continue;
+    if (first && *first != s.ys[i]) return true;
+    first = s.ys[i];
+  }
+  return false;
+}
+
+// The step history's rows of values (not its group starts), as a table of their own.
+inline MetricsHistory step_values(const MetricsHistory& steps) {
+  MetricsHistory out;
+  for (const auto& row : steps.rows())
+    if (!row.count("event")) out.push_back(row);
+  return out;
 }
 
 inline std::string confusion_table(const nlohmann::json& evaluation) {
+  using html::escape;
   const auto& m = evaluation.at("confusion_matrix");
   const auto names = evaluation.value("class_names", std::vector<std::string>{});
   std::int64_t peak = 1;
@@ -181,7 +90,7 @@ inline std::string confusion_table(const nlohmann::json& evaluation) {
       // Shade by count: the diagonal in blue, mistakes in red.
       const double a = 0.08 + 0.82 * static_cast<double>(v) / static_cast<double>(peak);
       const std::string rgb = t == p ? "31,119,180" : "214,39,40";
-      s += "<td style=\"background: rgba(" + rgb + "," + number(v == 0 ? 0.0 : a, 3) + ")\"" +
+      s += "<td style=\"background: rgba(" + rgb + "," + html::number(v == 0 ? 0.0 : a, 3) + ")\"" +
            (a > 0.55 && v ? " class=\"dark\"" : "") + ">" + std::to_string(v) + "</td>";
     }
     s += "</tr>";
@@ -189,45 +98,73 @@ inline std::string confusion_table(const nlohmann::json& evaluation) {
   return s + "</table>";
 }
 
-}  // namespace detail
-
-/// The HTML page of `run`.
-inline std::string render_report(const RunRecord& run) {
-  using detail::escape;
-  using detail::number;
-  const auto& h = run.history;
-  const auto steps = h.column("step"), times = h.column("timestamp");
-  const std::string status = run.outcome.value("status", "unknown");
+// Restarts (outcome.json's failures) and resumes (the step history's "resume" starts), on the
+// step axis and on the time axis (seconds after `t0`).
+struct Markers {
+  std::vector<html::Marker> by_step, by_time;
+};
+inline Markers restarts_and_resumes(const RunRecord& run, double t0) {
+  Markers m;
   const auto failures = run.outcome.value("failures", nlohmann::json::array());
-
-  // Restarts: on step charts at the step the new group resumed from, on the time chart when the
-  // failure happened.
-  std::vector<detail::Marker> step_markers, time_markers;
-  const double t_first = times.empty() ? 0 : times.front();
   for (std::size_t i = 0; i < failures.size(); ++i) {
     const auto& f = failures[i];
     const std::string label = "restart " + std::to_string(i + 1) + ": " + f.value("cause", std::string());
     // resumed_step is null for the last failure of a run that gave up: no group resumed.
     if (f.contains("resumed_step") && f.at("resumed_step").is_number())
-      step_markers.push_back({f.at("resumed_step").get<double>(), label});
-    if (f.contains("time")) time_markers.push_back({f.at("time").get<double>() - t_first, label});
+      m.by_step.push_back({f.at("resumed_step").get<double>(), label});
+    if (f.contains("time") && f.at("time").is_number()) m.by_time.push_back({f.at("time").get<double>() - t0, label});
   }
+  const auto& h = run.step_history;
+  const auto steps = h.column("step"), times = h.column("timestamp");  // NaN where a row lacks one
+  for (std::size_t i = 0; i < h.size(); ++i) {
+    const auto event = h[i].find("event");
+    if (event == h[i].end() || event->second.text() != "resume") continue;
+    const std::string label = "resumed from step " + html::number(steps[i]) + " at " + html::utc(times[i]);
+    m.by_step.push_back({steps[i], label});
+    m.by_time.push_back({times[i] - t0, label});
+  }
+  return m;
+}
 
-  std::string body;
-  body += "<h1>dtrain run <code>" + escape(run.name()) + "</code></h1>";
+}  // namespace detail
+
+/// The HTML page of `run`: its outcome, curves of the metrics by step (training and validation of
+/// a quantity on one chart; the step history's loss between reports), throughput over time,
+/// restarts and resumes marked on both, the latest value of every metric (single values, sizes
+/// and constants are there, not charted), evaluations, checkpoints and parameters. A section
+/// with nothing to show is left out.
+inline std::string render_report(const RunRecord& run) {
+  using html::escape;
+  using html::number;
+  const auto& h = run.history;
+  const auto steps_rows = detail::step_values(run.step_history);
+  const std::string status = run.outcome.value("status", "unknown");
+  const auto failures = run.outcome.value("failures", nlohmann::json::array());
+  // "/run/progress/record_every" of params.json, when it is there and a number.
+  const auto every = run.params.value(nlohmann::json::json_pointer("/run/progress/record_every"), nlohmann::json());
+  const std::int64_t record_every = every.is_number_integer() ? every.get<std::int64_t>() : 0;
+  // Time runs from the first thing recorded: the first group's start, else the first report.
+  double t0 = std::numeric_limits<double>::infinity();
+  for (const auto* table : {&run.step_history, &h}) {
+    const auto times = table->column("timestamp");
+    if (!times.empty() && std::isfinite(times.front())) t0 = std::min(t0, times.front());
+  }
+  const auto markers = detail::restarts_and_resumes(run, std::isfinite(t0) ? t0 : 0);
+
+  std::string body = "<h1>dtrain run <code>" + escape(run.name()) + "</code></h1>";
   body += "<p class=\"status " + escape(status) + "\" id=\"outcome\">" + escape(status);
   if (run.outcome.contains("restarts"))
     body += " &middot; " + std::to_string(run.outcome.value("restarts", 0)) + " restart(s)";
   const double start = run.outcome.value("start_time", 0.0), end = run.outcome.value("end_time", 0.0);
-  body += " &middot; started " + escape(detail::utc(start));
-  if (end > 0) body += " &middot; took " + number(end - start, 4) + " s";
-  body += " &middot; " + std::to_string(h.size()) + " reports</p>";
+  body += " &middot; started " + escape(html::utc(start));
+  if (end > 0) body += " &middot; took " + escape(html::duration(end - start));
+  body += " &middot; " + std::to_string(h.size()) + " report(s)</p>";
   if (run.outcome.contains("error") && !run.outcome.at("error").is_null())
     body += "<pre class=\"error\">" + escape(run.outcome.value("error", "")) + "</pre>";
   if (!failures.empty()) {
     body += "<h2>Restarts</h2><ol id=\"restarts\">";
     for (const auto& f : failures)
-      body += "<li>" + escape(detail::utc(f.value("time", 0.0))) + ": " + escape(f.value("cause", "")) +
+      body += "<li>" + escape(html::utc(f.value("time", 0.0))) + ": " + escape(f.value("cause", "")) +
               (f.contains("resumed_step") && f.at("resumed_step").is_number()
                    ? " &rarr; resumed from step " + std::to_string(f.at("resumed_step").get<std::int64_t>())
                    : std::string(" &rarr; not restarted (no failures left)")) +
@@ -235,92 +172,124 @@ inline std::string render_report(const RunRecord& run) {
     body += "</ol>";
   }
 
-  // Curves: every numeric metric by step.
-  body += "<h2>Metrics by step</h2><div class=\"charts\" id=\"curves\">";
-  int charts = 0;
-  for (const auto& col : h.columns()) {
-    if (!detail::is_curve(col)) continue;
-    const auto ys = h.column(col);
-    if (std::none_of(ys.begin(), ys.end(), [](double v) { return std::isfinite(v); })) continue;
-    const auto chart = detail::line_chart("curve-" + col, col, "step", steps, ys, step_markers);
-    if (!chart.empty()) {
-      body += chart;
-      ++charts;
+  // Curves by step: the step history's columns first (the finest), then the reports', grouped
+  // into charts by quantity; only series that change over two points or more.
+  std::map<std::string, std::vector<html::Series>> charts;
+  auto add = [&](const MetricsHistory& table, const std::string& source) {
+    const auto xs = table.column("step");
+    for (const auto& col : table.columns()) {
+      if (!detail::is_curve(col)) continue;
+      html::Series s{col, xs, table.column(col), col + " (" + source + ")"};  // the legend: what, from where
+      if (detail::varies(s)) charts[detail::chart_of(col)].push_back(std::move(s));
     }
-  }
-  if (charts == 0) body += "<p>No numeric metric was reported.</p>";
-  body += "</div>";
+  };
+  const std::string steps_source =
+      record_every > 0 ? "every " + std::to_string(record_every) + " steps, rank 0" : "steps, rank 0";
+  add(steps_rows, steps_source);
+  add(h, "reports");
+  // Losses first: the curve a person looks for.
+  std::vector<std::string> order;
+  for (const auto& [name, series] : charts) order.push_back(name);
+  std::stable_partition(order.begin(), order.end(), [](const std::string& n) { return n.find("loss") != std::string::npos; });
+  std::string curves;
+  for (const auto& name : order) curves += html::line_chart("curve-" + name, name, "step", charts[name], markers.by_step);
 
-  // Throughput over wall time: a reported samples/s when it was reported at least twice, else
-  // optimizer steps per second between consecutive reports.
-  std::string rate_column;
-  for (const auto& col : h.columns()) {
-    if (col.find("samples_per_s") == std::string::npos) continue;
-    const auto v = h.column(col);
-    if (std::count_if(v.begin(), v.end(), [](double x) { return std::isfinite(x); }) >= 2) rate_column = col;
+  // Throughput over time: the step history's samples/s, and samples/s the loop reported; else
+  // optimizer steps per second between reports.
+  const bool minutes = std::isfinite(t0) && [&] {
+    double last = t0;
+    for (const auto* table : {&run.step_history, &h})
+      for (double t : table->column("timestamp"))
+        if (std::isfinite(t)) last = std::max(last, t);
+    return last - t0 > 600;
+  }();
+  auto elapsed = [&](const MetricsHistory& table) {
+    auto ts = table.column("timestamp");
+    for (auto& t : ts) t = (t - t0) / (minutes ? 60 : 1);
+    return ts;
+  };
+  std::vector<html::Series> rates;
+  auto add_rates = [&](const MetricsHistory& table, const std::string& source) {
+    for (const auto& col : table.columns())
+      if (col.find("samples_per_s") != std::string::npos) {
+        html::Series s{col, elapsed(table), table.column(col), col + " (" + source + ")"};
+        if (s.points() >= 2) rates.push_back(std::move(s));
+      }
+  };
+  add_rates(steps_rows, steps_source);
+  add_rates(h, "reports");
+  if (rates.empty() && h.size() >= 3) {
+    const auto steps = h.column("step"), times = h.column("timestamp");
+    html::Series s{"steps_per_s", elapsed(h), {}, "steps_per_s (between reports)"};
+    for (std::size_t i = 0; i < h.size(); ++i)
+      s.ys.push_back(i > 0 && times[i] > times[i - 1] && steps[i] > steps[i - 1]
+                         ? (steps[i] - steps[i - 1]) / (times[i] - times[i - 1])
+                         : std::numeric_limits<double>::quiet_NaN());
+    if (s.points() >= 2) rates.push_back(std::move(s));
   }
-  std::vector<double> elapsed, rate;
-  for (std::size_t i = 0; i < h.size(); ++i) {
-    elapsed.push_back(times[i] - t_first);
-    if (!rate_column.empty()) rate.push_back(h.column(rate_column)[i]);
-    else if (i > 0 && times[i] > times[i - 1] && steps[i] > steps[i - 1])
-      rate.push_back((steps[i] - steps[i - 1]) / (times[i] - times[i - 1]));
-    else rate.push_back(std::numeric_limits<double>::quiet_NaN());
+  if (!rates.empty()) {
+    auto time_markers = markers.by_time;
+    for (auto& m : time_markers) m.x /= minutes ? 60 : 1;
+    curves += html::line_chart("throughput-chart", "throughput",
+                               minutes ? "minutes since the start" : "seconds since the start", rates, time_markers);
   }
-  body += "<h2>Throughput</h2><div class=\"charts\" id=\"throughput\">" +
-          detail::line_chart("throughput-chart", rate_column.empty() ? "steps/s" : rate_column,
-                             "seconds since the first report", elapsed, rate, time_markers) +
-          "</div>";
+  // Side by side, so that the first screen shows the loss and the throughput together.
+  if (!curves.empty()) body += "<h2>Curves</h2><div class=\"charts\" id=\"curves\">" + curves + "</div>";
 
-  // Final metrics: the last report.
-  body += "<h2>Final metrics</h2>";
-  if (!h.empty()) body += detail::table_of("final-metrics", nlohmann::json(h.rows().back()));
-  else body += "<p id=\"final-metrics\">No report was made.</p>";
+  // Every metric's latest value, when and how often it was reported.
+  if (!h.empty()) {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& col : h.columns()) {
+      if (col == "iteration" || col == "step" || col == "epoch") continue;
+      std::size_t count = 0;
+      const Metrics* last = nullptr;
+      for (const auto& row : h.rows())
+        if (row.count(col)) {
+          ++count;
+          last = &row;
+        }
+      const auto step = last->find("step");
+      rows.push_back({col, html::value_text(col, nlohmann::json(last->at(col))),
+                      step == last->end() ? "-" : step->second.text(), std::to_string(count)});
+    }
+    body += "<h2>Final metrics</h2>" + html::table("final-metrics", {"name", "latest value", "at step", "reports"}, rows);
+  }
 
   for (const auto& e : run.evaluations) {
     body += "<h2>Evaluation <code>" + escape(e.value("name", "")) + "</code></h2>";
     if (!e.value("checkpoint", std::string()).empty())
       body += "<p>checkpoint <code>" + escape(e.value("checkpoint", "")) + "</code></p>";
-    body += detail::table_of("evaluation-" + e.value("name", std::string()), e.value("metrics", nlohmann::json::object()));
+    std::vector<std::vector<std::string>> rows;
+    const auto metrics = e.value("metrics", nlohmann::json::object());  // items() must not outlive it
+    for (const auto& [k, v] : metrics.items()) rows.push_back({k, html::value_text(k, v)});
+    body += "<div class=\"side-by-side\">" +
+            html::table("evaluation-" + e.value("name", std::string()), {"name", "value"}, rows);
     if (e.contains("confusion_matrix")) body += detail::confusion_table(e);
+    body += "</div>";
   }
 
-  if (run.checkpoints.contains("checkpoints")) {
+  if (run.checkpoints.contains("checkpoints") && !run.checkpoints.at("checkpoints").empty()) {
     const std::string score = run.checkpoints.value("score_attribute", "");
-    body += "<h2>Checkpoints</h2><table id=\"checkpoints\"><tr><th>directory</th><th>iteration</th><th>step</th><th>" +
-            escape(score.empty() ? "score" : score) + "</th><th></th></tr>";
+    std::vector<std::vector<std::string>> rows;
     for (const auto& c : run.checkpoints.at("checkpoints")) {
       std::string tags;
       if (c.value("best", false)) tags += "best ";
       if (c.value("latest", false)) tags += "latest";
-      body += "<tr><td>" + escape(c.value("directory", "")) + "</td><td>" + std::to_string(c.value("iteration", 0)) +
-              "</td><td>" + std::to_string(c.value("step", 0)) + "</td><td>" +
-              (c.contains("score") && !c.at("score").is_null() ? escape(detail::metric_text(c.at("score"))) : "-") +
-              "</td><td>" + tags + "</td></tr>";
+      rows.push_back({c.value("directory", ""), std::to_string(c.value("iteration", 0)), std::to_string(c.value("step", 0)),
+                      c.contains("score") && !c.at("score").is_null() ? html::value_text(score, c.at("score")) : "-", tags});
     }
-    body += "</table>";
+    body += "<h2>Checkpoints</h2>" +
+            html::table("checkpoints", {"directory", "iteration", "step", score.empty() ? "score" : score, ""}, rows);
   }
 
   std::vector<std::pair<std::string, std::string>> params;
   flatten(run.params, "", params);
-  body += "<h2>Parameters</h2><table id=\"params\"><tr><th>name</th><th>value</th></tr>";
-  for (const auto& [k, v] : params) body += "<tr><td>" + escape(k) + "</td><td>" + escape(v) + "</td></tr>";
-  body += "</table>";
-
-  static constexpr const char* style =
-      "body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#222;background:#fff}"
-      "h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}"
-      ".status{font-weight:600}.status.finished{color:#1a7f37}.status.failed{color:#cf222e}.status.running{color:#9a6700}"
-      "pre.error{background:#fff0f0;padding:8px;white-space:pre-wrap}"
-      ".charts{display:flex;flex-wrap:wrap;gap:12px}figure.chart{margin:0;border:1px solid #e5e5e5}"
-      "svg .line{fill:none;stroke:#1f77b4;stroke-width:2}svg .point{fill:#1f77b4}"
-      "svg .grid{stroke:#eee}svg .frame{fill:none;stroke:#999}svg .tick,svg .axis{font-size:11px;fill:#555}"
-      "svg .title{font-size:13px;font-weight:600;fill:#222}svg .restart{stroke:#d62728;stroke-width:2;stroke-dasharray:5,4}"
-      "table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}"
-      "td:first-child,th:first-child{text-align:left}.confusion-matrix td{min-width:38px}"
-      ".confusion-matrix td.dark{color:#fff}caption{caption-side:bottom;color:#666;font-size:12px}";
-  return "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>dtrain run " + escape(run.name()) +
-         "</title><style>" + style + "</style></head><body>" + body + "</body></html>\n";
+  if (!params.empty()) {
+    std::vector<std::vector<std::string>> rows;
+    for (auto& [k, v] : params) rows.push_back({k, v});
+    body += "<h2>Parameters</h2>" + html::table("params", {"name", "value"}, rows);
+  }
+  return html::page("dtrain run " + run.name(), body);
 }
 
 /// Renders run_dir's files into run_dir/report.html; returns its path.

@@ -83,6 +83,7 @@ class RunTracking {
     record_.outcome["error_rank"] = error_rank >= 0 ? nlohmann::json(error_rank) : nlohmann::json(nullptr);
     const auto files = RunFiles::read(run_.path(), persists);
     record_.history = files.history;
+    record_.step_history = read_step_history(record_.directory());
     record_.evaluations = files.evaluations;
     if constexpr (persists) record_.checkpoints = checkpoint_index(files.checkpoints, run_.checkpoint);
     record_.outcome["reports"] = record_.history.size();

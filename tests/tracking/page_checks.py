@@ -1,0 +1,41 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What the tracking tests share: named checks that are counted, and a page rendered by Chromium."""
+import os
+import shutil
+import subprocess
+import tempfile
+
+failures = []
+
+
+def check(cond, what):
+    """Prints "ok" or "FAIL" and `what`; a failure is counted for finish()."""
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+    return cond
+
+
+def finish():
+    """Exits 1 when a check failed, else 0."""
+    print("%d check(s) failed" % len(failures) if failures else "all checks passed")
+    raise SystemExit(1 if failures else 0)
+
+
+def render(page, screenshot, size):
+    """`page` (a file) in headless Chromium: a screenshot of `size` ("W,H") and the DOM it built."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not check(chromium is not None, "chromium is installed (scripts/install-deps)"):
+        finish()
+    url = "file://" + os.path.realpath(page)
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+    with tempfile.TemporaryDirectory() as profile:
+        subprocess.run([chromium, *flags, "--user-data-dir=" + profile, "--screenshot=" + screenshot,
+                        "--hide-scrollbars", "--window-size=" + size, url],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+    with tempfile.TemporaryDirectory() as profile:
+        dom = subprocess.run([chromium, *flags, "--user-data-dir=" + profile, "--dump-dom", url],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=120).stdout
+    check(os.path.isfile(screenshot), "Chromium wrote a screenshot: " + screenshot)
+    return dom
