@@ -182,6 +182,37 @@ int result_without_throw() {
   return 0;
 }
 
+// The curves block: rank 0's step history, with a value of the loop's own.
+int curves() {
+  const auto& data = snippets::data();
+  using Trainer = dtrain::Trainer<Net, dtrain::data::FashionMnist>;
+  // [curves]
+  dtrain::RunConfig run{.storage_path = "runs", .name = "curves"};
+  run.progress.record_every = 2;  // a row of steps.jsonl every 2 optimizer steps (default 10; 0: none)
+  Trainer trainer({.num_workers = 2}, run);
+  trainer.fit([&](Trainer::context& ctx) {
+    auto model = ctx.prepare_model(Net{});
+    torch::optim::SGD opt(model->parameters(), 0.1);
+    dtrain::schedule::WarmupCosine schedule(opt, {.warmup_steps = 4, .total_steps = 16});  // per step
+    for (auto epoch : ctx.epochs(2)) {
+      for (auto batch : ctx.shard(data.train(), 128)) {
+        opt.zero_grad();
+        ctx.backward(torch::nn::functional::cross_entropy(model->forward(batch.data), batch.target));
+        ctx.step(opt);
+        ctx.log_step({{"lr", schedule.lrs().front()}});  // no collective: rank 0's value joins the next row
+        schedule.step();
+      }
+      ctx.report({{"epoch", epoch}});
+    }
+  });
+  // [curves]
+  const auto rows = dtrain::MetricsHistory::read_jsonl(dtrain::RunDirectory(run.path()).step_history());
+  std::size_t complete = 0;
+  for (const auto& r : rows.rows()) complete += r.count("loss") && r.count("lr") && r.count("samples_per_s");
+  std::cout << "curves: " << rows.size() << " rows, " << complete << " with loss, lr and samples_per_s\n";
+  return 0;
+}
+
 int guide(const std::string& block) {
   fresh_directory("guide_" + block);
   if (block == "trainer") return trainer_and_configuration();
@@ -190,7 +221,9 @@ int guide(const std::string& block) {
   if (block == "evaluation") return evaluation();
   if (block == "preemption") return preemption();
   if (block == "result") return result_without_throw();
-  std::cerr << "snippets guide: no block " << block << "; the blocks are trainer, fsdp, checkpoints, evaluation\n";
+  if (block == "curves") return curves();
+  std::cerr << "snippets guide: no block " << block
+            << "; the blocks are trainer, fsdp, checkpoints, evaluation, preemption, result, curves\n";
   return 2;
 }
 
