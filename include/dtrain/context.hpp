@@ -364,7 +364,8 @@ class Context {
   }
 
   // Under fsdp<> an optimizer over the model's own parameters would step tensors whose gradients
-  // are never kept: refuse it loudly. Checked once per optimizer, not every step.
+  // are never kept: refuse it loudly. And a first step with no gradient at all (no backward ran)
+  // gets a warning. Checked once per optimizer, not every step.
   template <class Optimizer>
   void check_optimizer(const Optimizer& opt);
 

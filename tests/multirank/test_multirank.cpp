@@ -180,6 +180,21 @@ TEST_CASE("a rank that skips report() gets an error, not a hang", "[multirank][r
   CHECK(processes_with(tag) == 0);
 }
 
+TEST_CASE("a loop that steps without backward is told so once, with the fix", "[multirank][ddp]") {
+  const auto tag = unique_tag();
+  const std::string warning = "none of the optimizer's 6 parameters has a gradient";
+  auto r = scenario("no_backward --workers 2 --steps 4", tag);
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("ctx.step(optimizer) at step 1: " + warning) &&
+                           Catch::Contains("Call ctx.backward(loss)"));
+  CHECK(r.output.find(warning) == r.output.rfind(warning));  // once: rank 0, the first step
+  auto trained = scenario("equivalence --workers 2 --steps 4", tag);
+  INFO(trained.output);
+  CHECK(trained.status == 0);
+  CHECK_THAT(trained.output, !Catch::Contains("has a gradient"));
+}
+
 TEST_CASE("bad configurations fail before training with a clear error", "[multirank][config]") {
   const auto tag = unique_tag();
   SECTION("a global batch the workers do not divide") {

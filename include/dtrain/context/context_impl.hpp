@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <optional>
 #include <string>
@@ -241,6 +242,17 @@ void Context<Policies>::check_optimizer(const Optimizer& opt) {
   for (const auto& g : opt.param_groups())
     for (const auto& p : g.params()) params.push_back(p);
   models_.for_each([&](auto& s) { strategy_ops::check_optimizer(s, params); });
+  // A step where no parameter has a gradient (none, or only the zeros a Strategy's buckets start
+  // with) trains nothing: the loop never ran backward. Said once, by rank 0, with the fix; the run
+  // goes on (a phase that steps on purpose stays legal).
+  auto has_gradient = [](const torch::Tensor& p) { return p.grad().defined() && p.grad().ne(0).any().item<bool>(); };
+  if (world_rank() == 0 && !params.empty() && std::none_of(params.begin(), params.end(), has_gradient)) {
+    std::fprintf(stderr,
+                 "dtrain: warning: ctx.step(optimizer) at step %lld: none of the optimizer's %zu parameters has a "
+                 "gradient, so the step changes nothing. Call ctx.backward(loss) (or loss.backward()) before "
+                 "ctx.step(optimizer)\n",
+                 static_cast<long long>(steps_ + 1), params.size());
+  }
 }
 
 template <class Policies>
