@@ -687,7 +687,7 @@ long faults_of_reallocating(Setup setup) {
 }
 }  // namespace
 
-TEST_CASE("retain_freed_memory keeps a freed block for the next batch; fit()'s default yields to the user's choice",
+TEST_CASE("retain_freed_memory keeps a freed block for the next batch - fit()'s default yields to the user's choice",
           "[launch]") {
   const long pages = 4 * ((24 << 20) / 4096);  // what 4 rounds fault when each maps the block anew
   const long defaults = faults_of_reallocating([] {});

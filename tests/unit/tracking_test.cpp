@@ -211,7 +211,7 @@ TEST_CASE("report.html: the step history's curves, training beside validation, o
   CHECK(html.find("<h2>Curves</h2>") != std::string::npos);
 }
 
-TEST_CASE("report.html: a run of one report has no chart but its values; a damaged steps.jsonl is passed over", "[tracking][report]") {
+TEST_CASE("report.html: a run of one report has no chart but its values - a damaged steps.jsonl is passed over", "[tracking][report]") {
   TempDir dir;
   const auto run_dir = dir / "r";
   std::filesystem::create_directories(run_dir);
