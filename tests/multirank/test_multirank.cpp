@@ -128,7 +128,7 @@ TEST_CASE("the first bucket's allreduce starts before backward ends", "[multiran
   CHECK(metric(r.output, "grads_pending_at_first_launch") > 0);
 }
 
-TEST_CASE("report and all_reduce are synchronised steps; rank 0's metrics are recorded", "[multirank][report]") {
+TEST_CASE("report and all_reduce are synchronised steps - rank 0's metrics are recorded", "[multirank][report]") {
   const auto tag = unique_tag();
   auto r = scenario("report --workers 2 --steps 2 --storage " + (fs::temp_directory_path() / tag).string(), tag);
   INFO(r.output);
@@ -153,7 +153,7 @@ TEST_CASE("no_sync accumulates locally and synchronises every other backward", "
   CHECK(metric(r.output, "ranks_agree") == 1);
 }
 
-TEST_CASE("a worker that throws stops the run with its rank and message; nothing is left", "[multirank][failure]") {
+TEST_CASE("a worker that throws stops the run with its rank and message - nothing is left", "[multirank][failure]") {
   const auto tag = unique_tag();
   auto r = scenario("throw --workers 2", tag);
   INFO(r.output);
@@ -162,7 +162,7 @@ TEST_CASE("a worker that throws stops the run with its rank and message; nothing
   CHECK(processes_with(tag) == 0);
 }
 
-TEST_CASE("a worker killed by SIGKILL stops the run naming rank and signal; nothing is left", "[multirank][failure]") {
+TEST_CASE("a worker killed by SIGKILL stops the run naming rank and signal - nothing is left", "[multirank][failure]") {
   const auto tag = unique_tag();
   auto r = scenario("sigkill --workers 2", tag);
   INFO(r.output);

@@ -34,7 +34,7 @@ TEST_CASE("ConfusionMatrix: a hand-computed case", "[evaluation]") {
   CHECK(s.at("test_accuracy").number() == Approx(4.0 / 6));
 }
 
-TEST_CASE("ConfusionMatrix: scores are argmaxed; a class never predicted has precision 0", "[evaluation]") {
+TEST_CASE("ConfusionMatrix: scores are argmaxed - a class never predicted has precision 0", "[evaluation]") {
   ConfusionMatrix cm(3);
   cm.update(torch::tensor({{0.9, 0.1, 0.0}, {0.2, 0.7, 0.1}}), torch::tensor({0, 2}));
   const auto pc = cm.per_class();
