@@ -73,15 +73,12 @@ inline std::string duration(double seconds) {
 /// `*_unix` are dates, `*_s` (not `*_per_s`) durations, `*bytes*` sizes; other numbers as they are,
 /// integers exactly.
 inline std::string value_text(std::string_view name, const nlohmann::json& v) {
-  auto ends = [&](std::string_view tail) {
-    return name.size() >= tail.size() && name.substr(name.size() - tail.size()) == tail;
-  };
   if (v.is_string()) return v.get<std::string>();
   if (v.is_null()) return "-";
   if (!v.is_number()) return v.dump();
   const double x = v.get<double>();
-  if (name == "timestamp" || ends("_unix")) return utc(x);
-  if (ends("_s") && !ends("_per_s")) return duration(x);
+  if (name == "timestamp" || name.ends_with("_unix")) return utc(x);
+  if (name.ends_with("_s") && !name.ends_with("_per_s")) return duration(x);
   if (name.find("bytes") != std::string_view::npos && x >= 1024) {
     const char* unit[] = {"KiB", "MiB", "GiB", "TiB"};
     double scaled = x / 1024;

@@ -32,10 +32,7 @@ namespace detail {
 // curves by step.
 inline bool is_curve(const std::string& column) {
   static const std::set<std::string> skip = {"iteration", "epoch", "step", "timestamp", "event", "world_size"};
-  auto ends = [&](std::string_view tail) {
-    return column.size() >= tail.size() && column.compare(column.size() - tail.size(), tail.size(), tail) == 0;
-  };
-  return !skip.count(column) && !ends("_unix") && column.find("samples_per_s") == std::string::npos;
+  return !skip.count(column) && !column.ends_with("_unix") && column.find("samples_per_s") == std::string::npos;
 }
 
 // Training and validation of one quantity share a chart: "val_loss", "train_loss" and the step
@@ -143,12 +140,16 @@ inline std::string render_report(const RunRecord& run) {
   // "/run/progress/record_every" of params.json, when it is there and a number.
   const auto every = run.params.value(nlohmann::json::json_pointer("/run/progress/record_every"), nlohmann::json());
   const std::int64_t record_every = every.is_number_integer() ? every.get<std::int64_t>() : 0;
-  // Time runs from the first thing recorded: the first group's start, else the first report.
-  double t0 = std::numeric_limits<double>::infinity();
-  for (const auto* table : {&run.step_history, &h}) {
-    const auto times = table->column("timestamp");
-    if (!times.empty() && std::isfinite(times.front())) t0 = std::min(t0, times.front());
-  }
+  // Time runs from the first thing recorded (the first group's start, else the first report) to
+  // the last; past ten minutes the time axis counts minutes.
+  double t0 = std::numeric_limits<double>::infinity(), t_last = -t0;
+  for (const auto* table : {&run.step_history, &h})
+    for (double t : table->column("timestamp"))
+      if (std::isfinite(t)) {
+        t0 = std::min(t0, t);
+        t_last = std::max(t_last, t);
+      }
+  const bool minutes = t_last - t0 > 600;
   const auto markers = detail::restarts_and_resumes(run, std::isfinite(t0) ? t0 : 0);
 
   std::string body = "<h1>dtrain run <code>" + escape(run.name()) + "</code></h1>";
@@ -196,13 +197,6 @@ inline std::string render_report(const RunRecord& run) {
 
   // Throughput over time: the step history's samples/s, and samples/s the loop reported; else
   // optimizer steps per second between reports.
-  const bool minutes = std::isfinite(t0) && [&] {
-    double last = t0;
-    for (const auto* table : {&run.step_history, &h})
-      for (double t : table->column("timestamp"))
-        if (std::isfinite(t)) last = std::max(last, t);
-    return last - t0 > 600;
-  }();
   auto elapsed = [&](const MetricsHistory& table) {
     auto ts = table.column("timestamp");
     for (auto& t : ts) t = (t - t0) / (minutes ? 60 : 1);

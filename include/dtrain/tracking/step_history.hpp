@@ -78,13 +78,14 @@ class StepHistory {
   /// clock (it carries the group's warm-up).
   void on_step(std::int64_t step, std::int64_t epoch, std::int64_t samples) {
     if (!enabled()) return;
+    const bool first = since_ == clock::time_point{};
+    if (!first && step % every_ != 0) return;  // most steps: no clock read, nothing else
     const auto now = clock::now();
-    if (since_ == clock::time_point{}) {
+    if (first) {
       since_ = now;
       samples_since_ = samples;
       return;
     }
-    if (step % every_ != 0) return;
     Metrics row = {{"step", step}, {"epoch", epoch}, {"timestamp", unix_now()}};
     const double seconds = std::chrono::duration<double>(now - since_).count();
     if (seconds > 0) row.emplace("samples_per_s", static_cast<double>(samples - samples_since_) / seconds);
