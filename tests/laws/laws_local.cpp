@@ -67,7 +67,7 @@ TEST_CASE("precision amp fp16 is not checked on CPU: its state refuses the CPU",
   // LibTorch before 2.4 cannot autocast CPU code to fp16, so amp<fp16> is a GPU policy here: the
   // Trainer rejects it with a CPU backend at compile time (tests/compile), and its state refuses
   // a CPU device. tests/gpu can run dtrain_laws::precision::check<amp<fp16>>(torch::kCUDA).
-  if constexpr (p::detail::cpu_autocasts_fp16) {
+  if constexpr (dtrain::compat::cpu_autocasts_fp16) {
     dtrain_laws::precision::check<p::amp<p::fp16>>();
   } else {
     WARN("amp<fp16> skipped: LibTorch " TORCH_VERSION " has no fp16 autocast on CPU");

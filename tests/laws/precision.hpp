@@ -63,10 +63,10 @@ constexpr bool scales_loss() {
 }
 
 inline bool autocast_on(torch::Device device) {
-  return dtrain::precision::detail::autocast_enabled(device.type());
+  return dtrain::compat::autocast_enabled(device.type());
 }
 inline at::ScalarType autocast_type(torch::Device device) {
-  return dtrain::precision::detail::autocast_dtype(device.type());
+  return dtrain::compat::autocast_dtype(device.type());
 }
 }  // namespace detail
 

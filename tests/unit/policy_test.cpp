@@ -290,7 +290,7 @@ TEST_CASE("precision::amp<fp16> on CPU is refused where LibTorch cannot autocast
   using amp = dtrain::precision::amp<dtrain::precision::fp16>;
   STATIC_REQUIRE(amp::state::loss_scaling);  // fp16 scales its loss by default; bf16 does not
   STATIC_REQUIRE_FALSE(dtrain::precision::amp<dtrain::precision::bf16>::state::loss_scaling);
-  if (dtrain::precision::detail::cpu_autocasts_fp16) return;
+  if (dtrain::compat::cpu_autocasts_fp16) return;
   CHECK_THROWS_WITH(amp::state(torch::kCPU), Catch::Contains("bf16 only") && Catch::Contains("amp<bf16>"));
 }
 

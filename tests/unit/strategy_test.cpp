@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <dtrain/concept/strategy.hpp>
+#include <dtrain/detail/torch_compat.hpp>
 #include <dtrain/strategy/assignment.hpp>
 #include <dtrain/strategy/ddp.hpp>
 #include <dtrain/strategy/detail/fsdp_reshard.hpp>
@@ -214,7 +215,7 @@ std::vector<torch::Tensor> full_state_of(std::vector<std::unique_ptr<Optimizer>>
     for (auto& opt : ranks) {
       const auto& p = opt->param_groups()[0].params()[u];
       torch::serialize::OutputArchive a;
-      opt->state().at(c10::guts::to_string(p.unsafeGetTensorImpl()))->serialize(a);
+      opt->state().at(dtrain::compat::optimizer_state_key(p))->serialize(a);
       std::stringstream bytes;
       a.save_to(bytes);
       torch::serialize::InputArchive in;

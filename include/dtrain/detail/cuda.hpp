@@ -7,7 +7,7 @@
 // leave the CUDA path out). The CUDA path (backend::nccl, the prefetcher's copy stream, CUDA
 // autocast) is compiled only then.
 
-#include <torch/version.h>
+#include <dtrain/detail/torch_compat.hpp>
 
 #if !defined(DTRAIN_WITH_CUDA)
 #if __has_include(<c10/cuda/CUDAStream.h>) && __has_include(<cuda_runtime_api.h>) && __has_include(<nccl.h>)
@@ -16,10 +16,6 @@
 #define DTRAIN_WITH_CUDA 0
 #endif
 #endif
-
-/// True when the LibTorch being compiled against is at least major.minor.
-#define DTRAIN_TORCH_AT_LEAST(major, minor) \
-  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
 #if DTRAIN_WITH_CUDA
 #include <cuda_runtime_api.h>

@@ -9,12 +9,12 @@
 #include <type_traits>
 #include <utility>
 
-#include <ATen/autocast_mode.h>
 #include <torch/cuda.h>
 #include <torch/types.h>
 
 #include <dtrain/collective.hpp>
 #include <dtrain/detail/cuda.hpp>
+#include <dtrain/detail/torch_compat.hpp>
 #include <dtrain/error.hpp>
 #include <dtrain/policy/category.hpp>
 #include <dtrain/precision/fp32.hpp>
@@ -34,44 +34,6 @@ struct fp16 {
   static constexpr const char* name = "fp16";
 };
 
-namespace detail {
-// LibTorch before 2.4 spells autocast per device type (set_cpu_enabled, set_autocast_gpu_dtype);
-// 2.4 and later take the device type as an argument. This is the one place that knows.
-inline bool autocast_enabled(at::DeviceType type) {
-#if DTRAIN_TORCH_AT_LEAST(2, 4)
-  return at::autocast::is_autocast_enabled(type);
-#else
-  return type == at::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
-#endif
-}
-inline at::ScalarType autocast_dtype(at::DeviceType type) {
-#if DTRAIN_TORCH_AT_LEAST(2, 4)
-  return at::autocast::get_autocast_dtype(type);
-#else
-  return type == at::kCUDA ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
-#endif
-}
-inline void set_autocast(at::DeviceType type, bool enabled, at::ScalarType dtype) {
-#if DTRAIN_TORCH_AT_LEAST(2, 4)
-  at::autocast::set_autocast_enabled(type, enabled);
-  at::autocast::set_autocast_dtype(type, dtype);
-#else
-  if (type == at::kCUDA) {
-    at::autocast::set_enabled(enabled);
-    at::autocast::set_autocast_gpu_dtype(dtype);
-  } else {
-    at::autocast::set_cpu_enabled(enabled);
-    at::autocast::set_autocast_cpu_dtype(dtype);
-  }
-#endif
-}
-inline bool cpu_autocast_enabled() { return autocast_enabled(at::kCPU); }
-inline at::ScalarType cpu_autocast_dtype() { return autocast_dtype(at::kCPU); }
-inline void set_cpu_autocast(bool enabled, at::ScalarType dtype) { set_autocast(at::kCPU, enabled, dtype); }
-
-// LibTorch autocasts CPU code to fp16 from 2.4 on; before, to bf16 only.
-inline constexpr bool cpu_autocasts_fp16 = DTRAIN_TORCH_AT_LEAST(2, 4);
-}  // namespace detail
 
 /// No loss scaling: bf16's default (bf16 has fp32's exponent range, so gradients do not underflow).
 struct no_loss_scale {
@@ -132,8 +94,8 @@ struct amp {
     class scope {
      public:
       explicit scope(at::DeviceType type)
-          : type_(type), was_enabled_(detail::autocast_enabled(type)), was_dtype_(detail::autocast_dtype(type)) {
-        detail::set_autocast(type_, true, Half::dtype);
+          : type_(type), was_enabled_(compat::autocast_enabled(type)), was_dtype_(compat::autocast_dtype(type)) {
+        compat::set_autocast(type_, true, Half::dtype);
         at::autocast::increment_nesting();
       }
       scope(const scope&) = delete;
@@ -141,7 +103,7 @@ struct amp {
       ~scope() {
         // Casts are cached within the outermost scope only; drop them when it closes.
         if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-        detail::set_autocast(type_, was_enabled_, was_dtype_);
+        compat::set_autocast(type_, was_enabled_, was_dtype_);
       }
 
      private:
@@ -163,7 +125,7 @@ struct amp {
       if constexpr (loss_scaling) {
         return scaler_->step(opt);
       } else {
-        opt.step();
+        optimizer_step(opt);
         return true;
       }
     }
@@ -187,7 +149,7 @@ struct amp {
       if (!device.is_cuda() && !device.is_cpu())
         throw ConfigError(std::string("precision::") + name + " on " + device.str() +
                           ": dtrain autocasts on CPU and CUDA devices only");
-      if (device.is_cpu() && std::is_same_v<Half, fp16> && !detail::cpu_autocasts_fp16)
+      if (device.is_cpu() && std::is_same_v<Half, fp16> && !compat::cpu_autocasts_fp16)
         throw ConfigError("precision::amp<fp16> on CPU: LibTorch " TORCH_VERSION
                           " autocasts CPU code to bf16 only; use precision::amp<bf16> on CPU, or "
                           "amp<fp16> with backend::nccl on a GPU");

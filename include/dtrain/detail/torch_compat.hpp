@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Every difference between the LibTorch versions dtrain supports (1.13 through 2.x) that dtrain or
+// its tests must spell differently, each named for what differs. Nothing else in dtrain or its
+// tests tests TORCH_VERSION: a new difference gets a shim here.
+
+#include <sstream>
+#include <string>
+#include <type_traits>
+
+#include <ATen/autocast_mode.h>
+#include <torch/optim/optimizer.h>
+#include <torch/version.h>
+
+#include <dtrain/version.hpp>
+
+/// True when the LibTorch being compiled against is at least major.minor.
+#define DTRAIN_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+DTRAIN_NAMESPACE_BEGIN
+namespace compat {
+
+/// The key type of Optimizer::state(): the TensorImpl's address as text before LibTorch 2.1
+/// (`c10::guts::to_string`, since removed), the address itself from then on.
+using optimizer_state_key_t =
+    typename std::remove_cvref_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+
+template <class Key = optimizer_state_key_t>
+Key optimizer_state_key(const at::Tensor& param) {
+  void* impl = param.unsafeGetTensorImpl();
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream text;  // what c10::guts::to_string wrote
+    text << impl;
+    return text.str();
+  } else {
+    return Key(impl);
+  }
+}
+
+/// Autocast per device type: LibTorch before 2.4 spells it per device (set_cpu_enabled,
+/// set_autocast_gpu_dtype); 2.4 and later take the device type as an argument.
+inline bool autocast_enabled(at::DeviceType type) {
+#if DTRAIN_TORCH_AT_LEAST(2, 4)
+  return at::autocast::is_autocast_enabled(type);
+#else
+  return type == at::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+#endif
+}
+inline at::ScalarType autocast_dtype(at::DeviceType type) {
+#if DTRAIN_TORCH_AT_LEAST(2, 4)
+  return at::autocast::get_autocast_dtype(type);
+#else
+  return type == at::kCUDA ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
+#endif
+}
+inline void set_autocast(at::DeviceType type, bool enabled, at::ScalarType dtype) {
+#if DTRAIN_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_enabled(type, enabled);
+  at::autocast::set_autocast_dtype(type, dtype);
+#else
+  if (type == at::kCUDA) {
+    at::autocast::set_enabled(enabled);
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  } else {
+    at::autocast::set_cpu_enabled(enabled);
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  }
+#endif
+}
+
+/// LibTorch autocasts CPU code to fp16 from 2.4 on; before, to bf16 only.
+inline constexpr bool cpu_autocasts_fp16 = DTRAIN_TORCH_AT_LEAST(2, 4);
+
+/// ATen's fused optimizer kernels (_fused_sgd_, _fused_adam_, _fused_adamw_) exist from 2.3 on
+/// (_fused_sgd_ came last).
+inline constexpr bool fused_optimizers = DTRAIN_TORCH_AT_LEAST(2, 3);
+
+}  // namespace compat
+DTRAIN_NAMESPACE_END
