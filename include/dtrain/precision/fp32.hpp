@@ -5,6 +5,7 @@
 #include <torch/types.h>
 
 #include <dtrain/policy/category.hpp>
+#include <dtrain/precision/optimizer_step.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -24,7 +25,7 @@ struct fp32 {
     void backward(const torch::Tensor& loss) { loss.backward(); }
     template <class Optimizer>
     bool step(Optimizer& opt) {
-      opt.step();
+      optimizer_step(opt);
       return true;
     }
   };

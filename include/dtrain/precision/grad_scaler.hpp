@@ -17,6 +17,7 @@
 #include <torch/types.h>
 
 #include <dtrain/error.hpp>
+#include <dtrain/precision/optimizer_step.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -93,7 +94,7 @@ class GradScaler {
   bool step(Optimizer& opt) {
     const bool inf = unscale(opt);
     if (inf) ++skipped_;
-    else opt.step();
+    else optimizer_step(opt);
     update(inf);
     unscaled_ = false;
     return !inf;
