@@ -6,6 +6,7 @@
         [--configs cnn:fp16,cnn:bf16,cnn:fp32,transformer:bf16] [--workers 1] [--repeats 3]
         [--cnn-steps 300] [--cnn-batch 256] [--tf-steps 50] [--tf-batch 16] [--warmup 20]
         [--d-model 2048] [--heads 16] [--seq 1024] [--vocab 8192] [--json FILE]
+        [--profile DIR] [--profile-steps 5] [--profile-configs transformer:bf16]
 
 Two models, both trained with SGD (lr 0.05, momentum 0.9), one process per GPU, NCCL, DDP with
 PyTorch's default buckets, `batch` samples per GPU per step:
@@ -14,8 +15,16 @@ PyTorch's default buckets, `batch` samples per GPU per step:
                multi-head attention through scaled_dot_product_attention, a 4x GELU MLP, a
                vocabulary head) on 4096 random token sequences, next-token cross-entropy
 Python torch: DistributedDataParallel, torch.autocast (+ torch.amp.GradScaler for fp16), batches
-gathered on the CPU, pinned and copied with non_blocking=True. dtrain: tests/gpu/train_gpu.cpp
-(backend::nccl, strategy::ddp<>, amp<...>, ctx.shard()'s prefetcher), the same model and loop.
+gathered on the CPU, pinned and copied with non_blocking=True. With one worker, also Python's
+fastest single-process loop: no DDP wrapper and SGD(fused=True) ("torch fused" below). dtrain:
+tests/gpu/train_gpu.cpp (backend::nccl, strategy::ddp<>, amp<...>, ctx.shard()'s prefetcher, ctx.step's
+fused SGD), the same model and loop.
+
+--profile DIR: after the timed runs, each side runs once more with `--profile-steps` (5) steps under
+the profiler after its timed steps (Python's torch.profiler; LibTorch's Kineto in train_gpu, in the
+Trainer and in plain LibTorch, `--plain 1`); DIR gets the Chrome traces and profile.json, and the
+console a side-by-side table: GPU time per step by kernel, the GPU's busy and idle time per step,
+kernel launches per step.
 
 Each configuration runs both alternately `repeats` times; the table gives the medians of:
 samples/s (timing starts after `warmup` steps, the device synchronised at both ends), their ratio,
@@ -34,6 +43,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import idle
 
 here = os.path.dirname(os.path.abspath(__file__))
 
@@ -137,18 +148,32 @@ def torch_worker(rank, a, out):
         tokens = torch.randint(0, a.vocab, (a.samples, a.seq + 1), generator=g)
         data, target = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
     torch.manual_seed(1)
-    model = nn.parallel.DistributedDataParallel(torch_model(a).to(dev), device_ids=[rank])
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    if a.variant == "fused":  # Python's fastest single-process loop: no DDP, SGD's fused kernel
+        model = torch_model(a).to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, fused=True)
+    else:
+        model = nn.parallel.DistributedDataParallel(torch_model(a).to(dev), device_ids=[rank])
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(a.precision)
     scaler = torch.amp.GradScaler("cuda", enabled=a.precision == "fp16")
-    step, t0, first_step_done = 0, time.perf_counter(), 0.0
-    while step < a.warmup + a.steps:
+    step, t0, first_step_done, seconds = 0, time.perf_counter(), 0.0, 0.0
+    profiling = a.profile_to and rank == 0
+    last = a.warmup + a.steps + (a.profile_steps if profiling else 0)
+    prof = None
+    while step < last:
         per_rank = torch.randperm(a.samples, generator=g)[rank::a.workers]
         for b in range(0, len(per_rank) - a.batch + 1, a.batch):
             if step == a.warmup:
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
             if step == a.warmup + a.steps:
+                torch.cuda.synchronize()
+                seconds = time.perf_counter() - t0
+                if profiling:
+                    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                              torch.profiler.ProfilerActivity.CUDA])
+                    prof.__enter__()
+            if step == last:
                 break
             idx = per_rank[b:b + a.batch]
             x = data.index_select(0, idx).pin_memory().to(dev, non_blocking=True)
@@ -165,10 +190,14 @@ def torch_worker(rank, a, out):
                 torch.cuda.synchronize()
                 first_step_done = time.time()
     torch.cuda.synchronize()
-    seconds = time.perf_counter() - t0
+    if prof is not None:
+        prof.__exit__(None, None, None)
+        prof.export_chrome_trace(a.profile_to)
+    if not seconds:
+        seconds = time.perf_counter() - t0
     if rank == 0:
         with open(out, "w") as f:
-            json.dump({"impl": "torch", "model": a.model, "precision": a.precision,
+            json.dump({"impl": "torch " + a.variant, "model": a.model, "precision": a.precision,
                        "steps_per_s": a.steps / seconds, "samples_per_s": a.steps * a.batch * a.workers / seconds,
                        "loss": loss.item(), "first_step_done": first_step_done,
                        "peak_allocated_mib": torch.cuda.max_memory_allocated(dev) / 2**20,
@@ -182,22 +211,94 @@ def run_torch(a):
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         os.environ["MASTER_PORT"] = str(29500 + os.getpid() % 1000)
         launched = time.time()
-        mp.spawn(torch_worker, args=(a, f.name), nprocs=a.workers)
+        mp.spawn(torch_worker, args=(a, f.name), nprocs=1 if a.variant == "fused" else a.workers)
         r = json.load(open(f.name))
     r["startup_s"] = r.pop("first_step_done") - launched
     return r
 
 
-def run_dtrain(a):
+def run_dtrain(a, plain=False):
     cmd = [os.path.abspath(a.train_gpu), "--model", a.model, "--precision", a.precision,
            "--workers", str(a.workers), "--steps", str(a.steps), "--warmup", str(a.warmup),
            "--batch", str(a.batch), "--samples", str(a.samples)]
+    if plain:
+        cmd += ["--plain", "1"]
+    if a.profile_to:
+        cmd += ["--profile", a.profile_to, "--profile-steps", str(a.profile_steps)]
     if a.model == "transformer":
         cmd += ["--d-model", str(a.d_model), "--heads", str(a.heads), "--seq", str(a.seq), "--vocab", str(a.vocab)]
     with tempfile.TemporaryDirectory() as cwd:  # the run directory (gpu_runs/) goes there
         out = subprocess.run(cmd + ["--launched", repr(time.time())], check=True, capture_output=True, text=True,
                              cwd=cwd)
     return json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
+
+
+# --- profiles ------------------------------------------------------------------------------------------
+
+def summarize_trace(path, steps):
+    """GPU time per step by kernel, and the GPU's busy time and span, from a Chrome trace."""
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    kernels, intervals, runtime = {}, [], {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver"):
+            r = runtime.setdefault(e["name"], [0, 0.0])
+            r[0] += 1
+            r[1] += e["dur"]
+        if e.get("ph") != "X" or e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        k = kernels.setdefault(e["name"], [0, 0.0])
+        k[0] += 1
+        k[1] += e["dur"]
+        intervals.append((e["ts"], e["ts"] + e["dur"]))
+    intervals.sort()
+    busy, end = 0.0, None
+    for t0, t1 in intervals:
+        if end is None or t0 >= end:
+            busy += t1 - t0
+            end = t1
+        elif t1 > end:
+            busy += t1 - end
+            end = t1
+    span = intervals[-1][1] - intervals[0][0] if intervals else 0.0
+    return {"busy_ms_per_step": busy / 1e3 / steps, "span_ms_per_step": span / 1e3 / steps,
+            "launches_per_step": sum(k[0] for k in kernels.values()) / steps,
+            "kernels": {name: {"count": c / steps, "ms_per_step": t / 1e3 / steps} for name, (c, t) in kernels.items()},
+            "runtime": {name: {"count": c / steps, "ms_per_step": t / 1e3 / steps} for name, (c, t) in runtime.items()}}
+
+
+def profile_config(out_dir, a, fused, config):
+    """One profiled run of each side; prints the kernels side by side."""
+    os.makedirs(out_dir, exist_ok=True)
+    tag = config.replace(":", "_")
+    sides = {}
+    for side, run in (("dtrain", lambda x: run_dtrain(x)), ("libtorch", lambda x: run_dtrain(x, plain=True)),
+                      ("torch", run_torch), ("torch_fused", run_torch)):
+        if side == "torch_fused" and a.workers != 1:
+            continue
+        x = argparse.Namespace(**{**vars(fused if side == "torch_fused" else a),
+                                  "profile_to": os.path.abspath(os.path.join(out_dir, f"{tag}_{side}.json"))})
+        run(x)
+        sides[side] = summarize_trace(x.profile_to, a.profile_steps)
+    names = sorted({n for s in sides.values() for n in s["kernels"]},
+                   key=lambda n: -max(s["kernels"].get(n, {"ms_per_step": 0})["ms_per_step"] for s in sides.values()))
+    print(f"\nprofile {config}: GPU ms per step ({a.profile_steps} steps)", flush=True)
+    print(f"{'':<72}" + "".join(f"{side:>13}" for side in sides))
+    for key in ("busy_ms_per_step", "span_ms_per_step", "launches_per_step"):
+        print(f"{key:<72}" + "".join(f"{s[key]:>13.2f}" for s in sides.values()))
+    for n in names[:30]:
+        print(f"{n[:71]:<72}" + "".join(f"{s['kernels'].get(n, {'ms_per_step': 0})['ms_per_step']:>13.3f}"
+                                         for s in sides.values()))
+    print("host: CUDA runtime calls per step (count / ms)")
+    for n in sorted({n for s in sides.values() for n in s["runtime"]}):
+        print(f"{n[:71]:<72}" + "".join(
+            f"{s['runtime'].get(n, {'count': 0})['count']:>6.0f}/{s['runtime'].get(n, {'ms_per_step': 0})['ms_per_step']:<6.2f}"
+            for s in sides.values()))
+    result = {"config": config, "sides": sides}
+    with open(os.path.join(out_dir, f"{tag}_profile.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    return {"config": config, **{side: {k: v for k, v in s.items() if k not in ("kernels", "runtime")}
+                                 for side, s in sides.items()}}
 
 
 def median(runs, key):
@@ -220,7 +321,11 @@ def main():
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--vocab", type=int, default=8192)
     p.add_argument("--json", help="write every run's figures here")
+    p.add_argument("--profile", metavar="DIR", help="profile each side once more; traces and profile.json in DIR")
+    p.add_argument("--profile-steps", type=int, default=5)
+    p.add_argument("--profile-configs", help="the configurations to profile (default: all of --configs)")
     p.add_argument("--measure-peak", action="store_true", help=argparse.SUPPRESS)
+    idle.add_argument(p)
     args = p.parse_args()
     if args.measure_peak:
         print(json.dumps(measure_peak()))
@@ -233,22 +338,38 @@ def main():
     peak = json.loads(subprocess.run([sys.executable, __file__, "--measure-peak"], check=True,
                                      capture_output=True, text=True).stdout.splitlines()[-1])
     print(json.dumps(peak), flush=True)
-    rows, everything = [], {"peak": peak, "configs": []}
+    rows, everything, loads = [], {"peak": peak, "configs": []}, []
+    idle.wait(args.allow_load)
     for config in args.configs.split(","):
         model, precision = config.split(":")
         cnn = model == "cnn"
-        a = argparse.Namespace(**vars(args), model=model, precision=precision,
+        a = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "profile"}, model=model,
+                               precision=precision, variant="ddp", profile_to=None,
                                steps=args.cnn_steps if cnn else args.tf_steps,
                                batch=args.cnn_batch if cnn else args.tf_batch,
                                samples=60000 if cnn else max(4096, 4 * args.tf_batch * args.workers))
-        ours, theirs = [], []
+        fused = argparse.Namespace(**{**vars(a), "variant": "fused"})
+        ours, theirs, theirs_fused = [], [], []
+        load = {"before": os.getloadavg()}
+
+        def measured(side, run, x):
+            with idle.Run() as r:
+                side.append(run(x))
+            side[-1]["load"] = r.record
+            loads.append(r.record)
+
         for _ in range(args.repeats):
-            theirs.append(run_torch(a))
-            ours.append(run_dtrain(a))
+            measured(theirs, run_torch, a)
+            if args.workers == 1:
+                measured(theirs_fused, run_torch, fused)
+            measured(ours, run_dtrain, a)
+        load["after"] = os.getloadavg()
         flops = flops_per_sample(a, model)
         row = {"model": model, "precision": precision, "batch_per_gpu": a.batch, "steps": a.steps,
-               "flops_per_sample": flops}
-        for side, runs in (("dtrain", ours), ("torch", theirs)):
+               "flops_per_sample": flops, "loadavg": load}
+        for side, runs in (("dtrain", ours), ("torch", theirs), ("torch_fused", theirs_fused)):
+            if not runs:
+                continue
             sps = median(runs, "samples_per_s")
             row[side] = {"samples_per_s": sps, "mfu": sps * flops / a.workers / (peak["peak_tflops"] * 1e12),
                          "startup_s": median(runs, "startup_s"), "loss": runs[-1]["loss"],
@@ -256,14 +377,24 @@ def main():
                          "peak_reserved_mib": median(runs, "peak_reserved_mib"),
                          "samples_per_s_runs": [r["samples_per_s"] for r in runs]}
         row["ratio"] = row["dtrain"]["samples_per_s"] / row["torch"]["samples_per_s"]
+        if theirs_fused:
+            row["ratio_fused"] = row["dtrain"]["samples_per_s"] / row["torch_fused"]["samples_per_s"]
         rows.append(row)
-        everything["configs"].append({**row, "dtrain_runs": ours, "torch_runs": theirs})
+        everything["configs"].append({**row, "dtrain_runs": ours, "torch_runs": theirs,
+                                      "torch_fused_runs": theirs_fused})
         print(json.dumps(row), flush=True)
+        if args.profile and config in (args.profile_configs or args.configs).split(","):
+            everything.setdefault("profiles", []).append(profile_config(args.profile, a, fused, config))
+    everything["load"] = idle.verdict(loads)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(everything, f, indent=1)
 
     print(f"\n{peak['device']}, torch {peak['torch']}: measured bf16 matmul peak {peak['peak_tflops']:.0f} TFLOP/s")
+    for r in rows:
+        if "torch_fused" in r:
+            print(f"{r['model']} {r['precision']}: torch fused single-process {r['torch_fused']['samples_per_s']:.0f} "
+                  f"samples/s (MFU {100 * r['torch_fused']['mfu']:.1f} %); dtrain/that {r['ratio_fused']:.2f}")
     print(f"{'model':<12}{'prec':<6}{'dtrain sam/s':>13}{'torch sam/s':>13}{'ratio':>7}{'MFU d/t %':>12}"
           f"{'startup d/t s':>15}{'peak alloc d/t MiB':>20}{'loss d/t':>13}")
     for r in rows:
@@ -276,6 +407,7 @@ def main():
     print(f"(workers {args.workers}; median of {args.repeats}; timed steps after {args.warmup} warm-up steps; "
           f"MFU against the measured peak; transformer d={args.d_model} heads={args.heads} seq={args.seq} "
           f"vocab={args.vocab} batch={args.tf_batch})")
+    idle.refuse(everything["load"], args.allow_load)
     return 0
 
 
