@@ -20,6 +20,8 @@ import statistics
 import subprocess
 import sys
 
+import idle
+
 here = os.path.dirname(os.path.abspath(__file__))
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--program", default=os.path.join(here, "..", "build", "benchmarks", "checkpoint_stall"))
@@ -30,6 +32,7 @@ p.add_argument("--dir", default="/dev/shm/dtrain_checkpoint_stall",
                help="where the checkpoints go (the default, tmpfs, leaves the disk out: write_s is then "
                     "serialization, the denominator that makes the ratio strictest)")
 p.add_argument("--repeats", type=int, default=3)
+idle.add_argument(p)
 args = p.parse_args()
 if not os.path.exists(args.program):
     sys.exit("checkpoint_stall.py: %s does not exist; build it first (cmake --build build --target checkpoint_stall)"
@@ -39,11 +42,15 @@ if args.repeats < 1:
 
 env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
 runs = {"async": [], "sync": []}
+loads = []
+idle.wait(args.allow_load)
 for _ in range(args.repeats):
     for mode in ("async", "sync"):
         cmd = [args.program, "--mb", str(args.mb), "--checkpoints", str(args.checkpoints), "--seconds-between",
                str(args.seconds_between), "--dir", args.dir] + (["--sync"] if mode == "sync" else [])
-        out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        with idle.Run() as load:
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        loads.append(load.record)
         if out.returncode != 0:
             sys.exit("failed (exit %d): %s\n%s%s" % (out.returncode, " ".join(cmd), out.stdout, out.stderr))
         runs[mode].append(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -71,3 +78,4 @@ print("async blocked / sync blocked: %.3f" % (med("async", "blocked_s") / med("s
 if med("async", "write_s") / max(1, a["checkpoints"]) > args.seconds_between:
     print("warning: a write took longer than --seconds-between; checkpoint() waited for the previous write, "
           "so blocked includes that wait: raise --seconds-between")
+idle.refuse(idle.verdict(loads), args.allow_load)

@@ -27,6 +27,8 @@ import statistics
 import subprocess
 import sys
 
+import idle
+
 here = os.path.dirname(os.path.abspath(__file__))
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--root", required=True)
@@ -39,6 +41,7 @@ p.add_argument("--repeats", type=int, default=1)
 p.add_argument("--width", type=int, default=16)
 p.add_argument("--workers", type=int, default=2)
 p.add_argument("--storage-path", default="/tmp/dtrain_image_bench")
+idle.add_argument(p)
 args = p.parse_args()
 if not os.path.isdir(os.path.join(args.root, "train")):
     sys.exit("vs_image_peer: %s has no train/ folder; make one with scripts/make-image-folder %s" % (args.root, args.root))
@@ -49,10 +52,15 @@ env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
 names = iter(range(1_000_000))
 
 
+loads = []
+
+
 def run(cmd):
-    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    with idle.Run() as load:
+        out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     if out.returncode != 0:
         sys.exit("failed: %s\n%s%s" % (" ".join(cmd), out.stdout, out.stderr[-4000:]))
+    loads.append(load.record)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -72,6 +80,7 @@ def median(runs, key):
 
 common = ["--root", args.root, "--workers", str(args.workers), "--global-batch", "128", "--threads-per-worker", "1"]
 report = {"workers": args.workers, "width": args.width, "decode": {}, "train": {}}
+idle.wait(args.allow_load)
 
 print("input pipeline (--decode-only, %d batches of %d per worker, %d workers)" %
       (args.decode_steps, 128 // args.workers, args.workers))
@@ -105,4 +114,6 @@ for name, rs in runs.items():
            "ratio": sps / base}
     report["train"][name] = row
     print("%-12s %12.1f %10.2f %10.4f %7.2fx" % (name, sps, row["startup_s"], row["test_accuracy"], row["ratio"]))
+report["load"] = idle.verdict(loads)
 print(json.dumps(report, sort_keys=True))
+idle.refuse(report["load"], args.allow_load)

@@ -4,7 +4,7 @@
 
     benchmarks/vs_peer.py [--example build/examples/fashion_mnist] [--peer ../shared/peers/torch_ddp_peer.py]
                           [--floor build/benchmarks/torch_floor] [--baseline OTHER_BUILD/examples/fashion_mnist]
-                          [--steps 300] [--repeats 2] [--models cnn,mlp] [--workers 1,2]
+                          [--steps 300] [--repeats 2] [--models cnn,mlp] [--workers 1,2] [--allow-load]
 
 Each configuration (model x workers, global batch 128, --max-steps steps, one thread and one BLAS
 thread per worker) runs, alternately and `repeats` times each:
@@ -28,6 +28,8 @@ While dtrain's N-worker run trains, its processes' /proc/PID/smaps is read every
 the line gives each process's peak PSS and RSS (the driver first), and the sums; PSS sum < RSS sum
 by what the processes share (LibTorch's code, and the dataset: forked copy-on-write or mapped from
 the cache), and the dataset's own mapping (the *.idx cache files) by its PSS and RSS.
+Each run records the other processes' share of the machine (benchmarks/idle.py): the script waits
+for a quiet machine first, and exits 3 after printing when a run was loaded (--allow-load: marked).
 """
 import argparse
 import json
@@ -40,6 +42,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import idle
+
 here = os.path.dirname(os.path.abspath(__file__))
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--example", default=os.path.join(here, "..", "build", "examples", "fashion_mnist"))
@@ -51,6 +55,7 @@ p.add_argument("--models", default="cnn,mlp")
 p.add_argument("--workers", default="1,2")
 p.add_argument("--baseline", help="another build of the example (e.g. the previous main's), run alternately "
                                   "with --example: its throughput ratio shows a regression beside the noise")
+idle.add_argument(p)
 args = p.parse_args()
 if args.steps < 1 or args.repeats < 1:
     sys.exit("vs_peer.py: --steps and --repeats must be at least 1")
@@ -105,9 +110,19 @@ def sample_memory(pid, peaks, stop):
             peaks[p] = tuple(max(a, b) for a, b in zip(old, (pss, rss, dpss, drss)))
 
 
-def run(cmd, threads=1, memory=False):
+loads = []
+
+
+def run(cmd, threads=1, memory=False, measure=True):
     """Runs cmd, returns its last stdout line as JSON with peak_rss_tree_mb added (and, with
-    memory, "processes": each process's peak (PSS, RSS, dataset PSS, dataset RSS) in MB)."""
+    memory, "processes": each process's peak (PSS, RSS, dataset PSS, dataset RSS) in MB), and
+    the other processes' share of the machine meanwhile (unless `measure` is off: the caller
+    measures runs that overlap)."""
+    if measure:
+        with idle.Run() as load:
+            result = run(cmd, threads, memory, measure=False)
+        loads.append(load.record)
+        return result
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True,
                                 env=dict(env, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads)))
@@ -134,18 +149,19 @@ def run(cmd, threads=1, memory=False):
 names = iter(range(1_000_000))
 
 
-def dtrain_run(example, model, workers, batch, threads=1, memory=False):
+def dtrain_run(example, model, workers, batch, threads=1, memory=False, measure=True):
     # A name of its own per run: a run directory that exists would be resumed, not trained again.
     return run([example, "--model", model, "--workers", str(workers), "--global-batch", str(batch),
                 "--max-steps", str(args.steps), "--threads-per-worker", str(threads),
                 "--storage-path", "/tmp/dtrain_bench", "--name", "bench_%d_%d" % (os.getpid(), next(names))],
-               threads, memory)
+               threads, memory, measure)
 
 
 def concurrent_run(example, model, workers, batch):
     """`workers` single-worker runs at `batch`, started together; their summed throughput."""
-    with ThreadPoolExecutor(workers) as pool:
-        results = list(pool.map(lambda _: dtrain_run(example, model, 1, batch), range(workers)))
+    with idle.Run() as load, ThreadPoolExecutor(workers) as pool:
+        results = list(pool.map(lambda _: dtrain_run(example, model, 1, batch, measure=False), range(workers)))
+    loads.append(load.record)
     return {"train_samples_per_s": sum(r["train_samples_per_s"] for r in results)}
 
 
@@ -154,6 +170,7 @@ def median(runs, key):
 
 
 throughput = {}
+idle.wait(args.allow_load)
 for model in args.models.split(","):
     for workers in [int(w) for w in args.workers.split(",")]:
         runs = {k: [] for k in ("peer", "dtrain", "limit", "concurrent", "single", "floor", "baseline")}
@@ -205,3 +222,4 @@ for model in args.models.split(","):
     if (model, 1) in throughput and (model, 2) in throughput:
         one, two = throughput[(model, 1)], throughput[(model, 2)]
         print("%-4s scaling 1 -> 2 workers: peer x%.2f, dtrain x%.2f" % (model, two[0] / one[0], two[1] / one[1]))
+idle.refuse(idle.verdict(loads), args.allow_load)

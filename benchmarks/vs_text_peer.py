@@ -6,7 +6,7 @@
                                [--peer ../shared/peers/text_peer.py] [--models transformer,bag]
                                [--repeats 3] [--pick median|best] [--workers 2] [--global-batch 64]
                                [--epochs 1] [--max-steps 0] [--max-len 128] [--vocab 20000] [--seed 0]
-                               [--threads-per-worker 1] [--loader-threads 2] [--json FILE]
+                               [--threads-per-worker 1] [--loader-threads 2] [--json FILE] [--allow-load]
 
 DIR is scripts/make-text-corpus's output (dataset.csv, holdout.csv). For each model the peer and
 dtrain run alternately, `repeats` times each, with the same flags, so a machine loaded by other
@@ -15,6 +15,8 @@ lowest times) of its runs; the table gives the ratios the issue sets targets for
 samples/s dtrain / peer (>= 1.5) and pipeline speed peer_s / dtrain_s (>= 3). Accuracy and F1 are
 printed beside the majority-class baseline of holdout.csv; the two must agree closely, since both
 do the same work (same split, vocabulary, model and optimiser) from different random initialisations.
+Each run records the other processes' share of the machine (benchmarks/idle.py): the script waits
+for a quiet machine first, and exits 3 after printing when a run was loaded (--allow-load: marked).
 """
 import argparse
 import json
@@ -22,6 +24,8 @@ import os
 import statistics
 import subprocess
 import sys
+
+import idle
 
 here = os.path.dirname(os.path.abspath(__file__))
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -43,6 +47,7 @@ p.add_argument("--vocab", type=int, default=20000)
 p.add_argument("--seed", type=int, default=0)
 p.add_argument("--loader-threads", type=int, default=2, help="dtrain's own flag: its loader threads per worker")
 p.add_argument("--json", help="also write every run's JSON line and the picked figures to this file")
+idle.add_argument(p)
 args = p.parse_args()
 
 for name in ("dataset.csv", "holdout.csv"):
@@ -60,15 +65,20 @@ env.pop("TEXT_CLASSIFIER_START", None)  # the example's start time is its own, n
 
 
 def run(cmd):
-    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    with idle.Run() as load:
+        out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     if out.returncode != 0:
         sys.exit("vs_text_peer: failed: %s\n%s%s" % (" ".join(cmd), out.stdout, out.stderr[-4000:]))
     lines = [l for l in out.stdout.strip().splitlines() if l.startswith("{")]
     if not lines:
         sys.exit("vs_text_peer: no JSON line from %s\n%s" % (" ".join(cmd), out.stdout))
-    return json.loads(lines[-1])
+    result = json.loads(lines[-1])
+    result["load"] = load.record
+    loads.append(load.record)
+    return result
 
 
+loads = []
 common = ["--data", args.data, "--workers", str(args.workers), "--threads-per-worker", str(args.threads_per_worker),
           "--global-batch", str(args.global_batch), "--epochs", str(args.epochs), "--max-steps", str(args.max_steps),
           "--max-len", str(args.max_len), "--vocab", str(args.vocab), "--seed", str(args.seed)]
@@ -92,6 +102,7 @@ def pick(runs, key, higher_better):
 
 
 record = {"args": vars(args), "runs": {}, "picked": {}}
+idle.wait(args.allow_load)
 for model in args.models.split(","):
     flags = ["--model", model] + common
     peer, ours = [], []
@@ -101,9 +112,10 @@ for model in args.models.split(","):
         ours.append(run([args.example] + flags + ["--loader-threads", str(args.loader_threads),
                                                   "--storage-path", "/tmp/dtrain_text_bench",
                                                   "--name", "bench_%d_%d" % (os.getpid(), next(names))]))
-        print("%s run %d/%d: samples/s peer %.1f dtrain %.1f | pipeline_s peer %.3f dtrain %.3f"
+        print("%s run %d/%d: samples/s peer %.1f dtrain %.1f | pipeline_s peer %.3f dtrain %.3f | others %.1f%% %.1f%%"
               % (model, i + 1, args.repeats, peer[-1]["train_samples_per_s"], ours[-1]["train_samples_per_s"],
-                 peer[-1]["pipeline_s"], ours[-1]["pipeline_s"]), flush=True)
+                 peer[-1]["pipeline_s"], ours[-1]["pipeline_s"], 100 * peer[-1]["load"]["others_share"],
+                 100 * ours[-1]["load"]["others_share"]), flush=True)
     for key in SAME:
         if peer[0].get(key) != ours[0].get(key):
             print("  note: %s differs: peer %s, dtrain %s" % (key, peer[0].get(key), ours[0].get(key)))
@@ -127,6 +139,8 @@ for model in args.models.split(","):
                                               "%d / %d" % (ours[0]["train_rows"], ours[0]["vocab_size"]), ""))
     print(flush=True)
 
+record["load"] = idle.verdict(loads)
 if args.json:
     with open(args.json, "w") as f:
         json.dump(record, f, indent=1, sort_keys=True)
+idle.refuse(record["load"], args.allow_load)
