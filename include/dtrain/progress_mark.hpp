@@ -41,6 +41,8 @@ inline std::atomic<const char*> progress_where{"nothing yet"};
 inline std::atomic<std::int64_t> progress_number{-1};
 inline std::atomic<std::int64_t> progress_labelled{0};  // the count at the last labelled mark
 
+inline std::atomic<std::int64_t> collective_count{0};
+
 /// An unlabelled mark: a collective issued or completed (collective.hpp's Work), which keeps the
 /// last labelled point (the batch it belongs to) as the place to name.
 inline void note_progress() noexcept { progress_count.fetch_add(1, std::memory_order_release); }
@@ -56,6 +58,15 @@ inline void mark_progress(const char* where, std::int64_t number = -1) noexcept 
   const auto count = detail::progress_count.fetch_add(1, std::memory_order_release) + 1;
   detail::progress_labelled.store(count, std::memory_order_relaxed);
 }
+
+/// Counts one collective issued through this process's communicator (backend::gloo's and
+/// backend::nccl's public calls, the ones every rank issues in the same order). Each rank's
+/// heartbeat publishes the count, so that a rank waiting at a group step (report, the end of the
+/// loop) sees at once a peer that went past it issuing collectives (launch/group.hpp).
+inline void note_collective_issued() noexcept { detail::collective_count.fetch_add(1, std::memory_order_release); }
+
+/// Collectives issued through this process's communicator so far.
+inline std::int64_t collectives_issued() noexcept { return detail::collective_count.load(std::memory_order_acquire); }
 
 /// The last point marked. Read by another thread while marks go on, `where` and `number` may come
 /// from neighbouring marks; once the worker stands still they are its last.

@@ -421,6 +421,9 @@ int run(const Args& a) {
     run_config.failure.progress_timeout = std::chrono::seconds(3);
     run_config.failure.stop_grace = std::chrono::seconds(1);
   }
+  // skip_report_midway: rank 0 reports at step 2, rank 1 trains on; found from the ranks'
+  // collective counts, with the default timeout (the issue: it waited all of its 300 s).
+  if (a.scenario == "skip_report_midway") run_config.collective_timeout = dtrain::RunConfig{}.collective_timeout;
   Trainer trainer({.num_workers = a.workers, .threads_per_worker = a.threads}, run_config);
   if (a.scenario == "evaluate") return evaluate(trainer, a, data, features, hidden);
   const auto result = trainer.fit([&](typename Trainer::context& ctx) {
@@ -473,6 +476,7 @@ int run(const Args& a) {
         if (a.scenario == "amp_overflow" && ctx.world_rank() == 1 && step == 2)
           model->parameters()[0].mutable_grad()[0][0] = std::numeric_limits<float>::infinity();
         if (a.scenario != "no_sync" || step % 2 == 1) ctx.step(sgd);
+        if (a.scenario == "skip_report_midway" && step == 2 && ctx.world_rank() == 0) ctx.report({{"step", step}});
         ++step;
       }
       if (step == a.steps) break;

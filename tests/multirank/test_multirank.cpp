@@ -180,6 +180,21 @@ TEST_CASE("a rank that skips report() gets an error, not a hang", "[multirank][r
   CHECK(processes_with(tag) == 0);
 }
 
+TEST_CASE("a rank that skips report() and trains on is named within seconds, not at the timeout", "[multirank][report]") {
+  const auto tag = unique_tag();
+  const auto start = std::chrono::steady_clock::now();
+  auto r = scenario("skip_report_midway --workers 2 --steps 8", tag);
+  const auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(r.output);
+  CHECK(r.status == 3);
+  CHECK_THAT(r.output, Catch::Contains("rank 1 went on past report() call 1 without it") &&
+                           Catch::Contains("while rank 0 waits at report() call 1"));
+  // The collective timeout is the default 300 s, and the group fails (and is restarted, and fails
+  // again) in a few seconds: each detection takes about a second (the heartbeat's interval).
+  CHECK(seconds < 30);
+  CHECK(processes_with(tag) == 0);
+}
+
 TEST_CASE("a loop that steps without backward is told so once, with the fix", "[multirank][ddp]") {
   const auto tag = unique_tag();
   const std::string warning = "none of the optimizer's 6 parameters has a gradient";

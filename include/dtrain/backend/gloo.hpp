@@ -191,6 +191,7 @@ struct gloo_with_threads {
     }
 
     CollectiveCall describe(CollectiveCall::op operation, std::int64_t argument, const torch::Tensor& t) {
+      note_collective_issued();
       return {operation, argument, t.defined() ? t.scalar_type() : c10::ScalarType::Undefined,
               t.defined() ? t.numel() : 0, ++seq_};
     }

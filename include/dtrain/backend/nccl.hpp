@@ -282,6 +282,7 @@ struct nccl {
     }
 
     CollectiveCall describe(CollectiveCall::op operation, std::int64_t argument, const torch::Tensor& t) {
+      note_collective_issued();
       return {operation, argument, t.scalar_type(), t.numel(), ++seq_};
     }
 

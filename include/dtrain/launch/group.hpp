@@ -52,14 +52,27 @@ class Group {
   /// A barrier named `name` (`what` in errors): waits until every rank arrived, failing fast when
   /// a rank failed, or left the loop after fewer than `reports` report() calls (a barrier at the
   /// end of the loop, `finishing`, only watches for failures).
+  ///
+  /// A peer that goes on issuing collectives instead (it skipped this step, or issues collectives
+  /// this rank does not) is named within about a second, from the collective counts the ranks'
+  /// heartbeats publish: at a group step every rank has issued the same collectives.
   void arrive(const std::string& name, const std::string& what, std::int64_t reports, bool finishing = false) const {
     const auto k = key(name);
+    const auto mine = heartbeat_->collectives();
     store_->add(k, 1);
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
     auto pause = std::chrono::microseconds(20);
     while (store_->add(k, 0) < who_.world_size) {
       if (finishing) check_errors(what);
       else check_peers(what, reports);
+      // A peer past this step once every rank arrived is no skip: read the count again after.
+      if (const int r = heartbeat_->peer_ahead(*store_, mine); r >= 0 && store_->add(k, 0) < who_.world_size)
+        throw WorkerError("rank " + std::to_string(r) + " went on past " + what + " without it: it has issued " +
+                          std::to_string(heartbeat_->peer_collectives(r)) + " collectives, while rank " +
+                          std::to_string(who_.rank) + " waits at " + what + " after " + std::to_string(mine) +
+                          ". Every rank must make the same report() calls and collectives, in the same order; look "
+                          "for a report() or a collective inside a branch on the rank or on data that differs "
+                          "between ranks");
       if (std::chrono::steady_clock::now() > deadline)
         throw WorkerError("rank " + std::to_string(who_.rank) + " waited " + std::to_string(timeout_.count()) +
                           " ms at " + what + " for the other ranks; one of them hangs or skipped it");

@@ -127,7 +127,8 @@ class Heartbeat {
   Heartbeat(const WorkerIdentity& who, c10d::Store& store, std::chrono::milliseconds heartbeat_timeout,
             std::chrono::milliseconds progress_timeout = std::chrono::milliseconds(0))
       : who_(who), timeout_(heartbeat_timeout), progress_timeout_(progress_timeout), beats_(who.world_size),
-        progress_(who.world_size), progress_base_(last_progress().count) {
+        progress_(who.world_size), progress_base_(last_progress().count), collective_base_(collectives_issued()),
+        peer_collectives_(who.world_size, -1) {
     const bool beats = timeout_.count() > 0 && who.world_size >= 2;
     // Progress is published even for a group of one: dtrain's driver watches it.
     if (!beats && progress_timeout_.count() <= 0) return;
@@ -160,6 +161,29 @@ class Heartbeat {
     wake_.notify_all();
     if (thread_.joinable()) thread_.join();
   }
+
+  /// Collectives this rank has issued since its group started (what its heartbeat publishes).
+  std::int64_t collectives() const { return collectives_issued() - collective_base_; }
+
+  /// A peer that has issued more than `mine` collectives, as its heartbeat last published (read at
+  /// most every 100 ms); -1 when none has. Every rank issues the same collectives in the same order,
+  /// so a rank waiting at a group step after `mine` of them learns from this that a peer went past
+  /// that step without it (or issues collectives this rank does not).
+  int peer_ahead(c10d::Store& store, std::int64_t mine) {
+    if (!thread_.joinable() || who_.world_size < 2) return -1;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_collectives_read_ < std::chrono::milliseconds(100)) return -1;
+    last_collectives_read_ = now;
+    for (int r = 0; r < who_.world_size; ++r) {
+      const auto k = key(who_.attempt, detail::rank_key("collectives", r));
+      if (r == who_.rank || !store.check({k})) continue;
+      peer_collectives_[r] = std::stoll(to_string(store.get(k)));
+      if (peer_collectives_[r] > mine) return r;
+    }
+    return -1;
+  }
+  /// The count `peer_ahead` last read for rank `r` (-1: none).
+  std::int64_t peer_collectives(int r) const { return peer_collectives_[r]; }
 
   /// Called while this rank waits for its peers at `what`: throws WorkerError when a peer's
   /// heartbeat has not moved for the heartbeat timeout, or its progress for the progress timeout,
@@ -203,12 +227,17 @@ class Heartbeat {
     const auto where_key = key(who_.attempt, detail::rank_key("progress_at", who_.rank));
     // Published each beat once the train loop started (the first mark after this heartbeat
     // began): how long this rank's marks plus its waits for peers have stood still.
-    std::int64_t beat_number = 0, token = -1, described = progress_base_;
+    const auto collectives_key = key(who_.attempt, detail::rank_key("collectives", who_.rank));
+    std::int64_t beat_number = 0, token = -1, described = progress_base_, published = 0;
     auto moved_at = std::chrono::steady_clock::now();
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stop_) {
       try {
         beat_store_->add(beat_key, 1);
+        if (const auto c = collectives(); c != published) {
+          beat_store_->set(collectives_key, to_bytes(std::to_string(c)));
+          published = c;
+        }
         if (progress_timeout_.count() > 0) {
           const auto p = last_progress();
           if (p.count > progress_base_) {
@@ -238,7 +267,9 @@ class Heartbeat {
   c10::intrusive_ptr<c10d::TCPStore> beat_store_;
   std::vector<detail::Sighting> beats_;
   std::vector<detail::ProgressSighting> progress_;
-  std::int64_t progress_base_;
+  std::int64_t progress_base_, collective_base_;
+  std::vector<std::int64_t> peer_collectives_;
+  std::chrono::steady_clock::time_point last_collectives_read_{};
   std::atomic<std::int64_t> waits_{0};
   std::chrono::steady_clock::time_point last_watch_{};
   std::mutex mutex_;
