@@ -21,6 +21,7 @@
 #include <dtrain/data/splits.hpp>
 #include <dtrain/dtrain.hpp>
 #include <dtrain/memory.hpp>
+#include <dtrain/nn/encoder.hpp>
 #include <dtrain/evaluation/validation.hpp>
 
 #include <algorithm>
@@ -87,23 +88,23 @@ Options parse(int argc, char** argv) {
 struct TextClassifierImpl : torch::nn::Module {
   TextClassifierImpl(std::int64_t vocab, std::int64_t classes, bool transformer) {
     embedding = register_module("embedding", torch::nn::Embedding(torch::nn::EmbeddingOptions(vocab, 128).padding_idx(0)));
+    // dtrain's encoder: the peer's layers, named as LibTorch's (so its checkpoints load), from
+    // ATen's own ops (include/dtrain/nn/encoder.hpp says what LibTorch's C++ layer costs).
     if (transformer)
       encoder = register_module(
-          "encoder", torch::nn::TransformerEncoder(torch::nn::TransformerEncoderOptions(
-                         torch::nn::TransformerEncoderLayerOptions(128, 4).dim_feedforward(256).dropout(0.1), 2)));
+          "encoder", dtrain::nn::Encoder(dtrain::nn::EncoderLayerOptions(128, 4).feedforward(256).dropout(0.1), 2));
     head = register_module("head", torch::nn::Linear(128, classes));
   }
   torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& mask) {
     auto h = embedding(ids);
     const auto pad = mask.eq(0);
-    // LibTorch 1.13's encoder takes [sequence, batch, feature].
-    if (!encoder.is_empty()) h = encoder->forward(h.transpose(0, 1), torch::Tensor(), pad).transpose(0, 1);
+    if (!encoder.is_empty()) h = encoder->forward(h, pad);
     const auto keep = mask.unsqueeze(-1).to(h.dtype());
     return head((h * keep).sum(1) / keep.sum(1).clamp_min(1));
   }
   torch::Tensor forward(const data::Fields& b) { return forward(b["input_ids"], b["attention_mask"]); }
   torch::nn::Embedding embedding{nullptr};
-  torch::nn::TransformerEncoder encoder{nullptr};
+  dtrain::nn::Encoder encoder{nullptr};
   torch::nn::Linear head{nullptr};
 };
 TORCH_MODULE(TextClassifier);

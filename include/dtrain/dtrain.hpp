@@ -46,6 +46,7 @@
 #include <dtrain/data/shard.hpp>
 #include <dtrain/evaluation/classification.hpp>
 #include <dtrain/evaluation/predictor.hpp>
+#include <dtrain/nn/encoder.hpp>
 
 #include <dtrain/launch/environment.hpp>
 #include <dtrain/launch/process.hpp>

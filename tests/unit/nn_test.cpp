@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: Apache-2.0
+// nn::EncoderLayer and nn::Encoder against LibTorch's own torch::nn::TransformerEncoderLayer and
+// TransformerEncoder with the same weights: the same names, outputs and gradients.
+#include "support.hpp"
+
+#include <limits>
+#include <map>
+#include <string>
+
+#include <dtrain/nn/encoder.hpp>
+
+#include <torch/torch.h>
+
+namespace {
+
+namespace nn = dtrain::nn;
+
+// Copies `from`'s parameters into `to` by name; every name must exist in both.
+void copy_by_name(torch::nn::Module& from, torch::nn::Module& to) {
+  torch::NoGradGuard no_grad;
+  auto theirs = from.named_parameters(), ours = to.named_parameters();
+  REQUIRE(theirs.size() == ours.size());
+  for (const auto& item : theirs) {
+    INFO(item.key());
+    REQUIRE(ours.contains(item.key()));
+    ours[item.key()].copy_(item.value());
+  }
+}
+
+// Random input [batch 3, sequence 7, 128] and a padding mask that pads the tails of two rows.
+std::pair<torch::Tensor, torch::Tensor> batch() {
+  torch::manual_seed(3);
+  auto x = torch::randn({3, 7, 128});
+  auto pad = torch::zeros({3, 7}, torch::kBool);
+  pad.index_put_({1, torch::indexing::Slice(5, torch::indexing::None)}, true);
+  pad.index_put_({2, torch::indexing::Slice(2, torch::indexing::None)}, true);
+  return {x, pad};
+}
+
+double largest_difference(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+}  // namespace
+
+TEST_CASE("nn::EncoderLayer equals torch::nn::TransformerEncoderLayer with its weights: output and gradients", "[nn]") {
+  for (const bool gelu : {false, true}) {
+    INFO("activation " << (gelu ? "gelu" : "relu"));
+    torch::manual_seed(1);
+    auto options = torch::nn::TransformerEncoderLayerOptions(128, 4).dim_feedforward(256).dropout(0.1);
+    if (gelu) options.activation(torch::kGELU);
+    torch::nn::TransformerEncoderLayer reference(options);
+    nn::EncoderLayer ours(nn::EncoderLayerOptions(128, 4).feedforward(256).dropout(0.1).activation(
+        gelu ? nn::Activation::gelu : nn::Activation::relu));
+    copy_by_name(*reference, *ours);
+    reference->eval();
+    ours->eval();
+    auto [x, pad] = batch();
+    auto x_ref = x.clone().requires_grad_(true), x_ours = x.clone().requires_grad_(true);
+    const auto expected = reference->forward(x_ref.transpose(0, 1), torch::Tensor(), pad).transpose(0, 1);
+    const auto got = ours->forward(x_ours, nn::padding_mask(pad));
+    CHECK(largest_difference(got, expected) < 1e-5);
+
+    const auto weight = torch::randn_like(expected);
+    (expected * weight).sum().backward();
+    (got * weight).sum().backward();
+    CHECK(largest_difference(x_ours.grad(), x_ref.grad()) < 1e-5);
+    auto theirs = reference->named_parameters();
+    for (const auto& item : ours->named_parameters()) {
+      INFO(item.key());
+      CHECK(largest_difference(item.value().grad(), theirs[item.key()].grad()) < 1e-4);
+    }
+  }
+}
+
+TEST_CASE("nn::Encoder equals torch::nn::TransformerEncoder, and trains in both modes", "[nn]") {
+  torch::manual_seed(2);
+  torch::nn::TransformerEncoder reference(torch::nn::TransformerEncoderOptions(
+      torch::nn::TransformerEncoderLayerOptions(128, 4).dim_feedforward(256).dropout(0.1), 2));
+  nn::Encoder ours(nn::EncoderLayerOptions(128, 4).feedforward(256).dropout(0.1), 2);
+  copy_by_name(*reference, *ours);  // names: layers.0.self_attn.in_proj_weight, ...
+  reference->eval();
+  ours->eval();
+  auto [x, pad] = batch();
+  const auto expected = reference->forward(x.transpose(0, 1), torch::Tensor(), pad).transpose(0, 1);
+  CHECK(largest_difference(ours->forward(x, pad), expected) < 1e-5);
+
+  // Training: dropout draws, and every parameter gets a gradient, with or without a mask.
+  ours->train();
+  const auto a = ours->forward(x, pad), b = ours->forward(x, pad);
+  CHECK(largest_difference(a, b) > 0);
+  ours->forward(x).sum().backward();
+  for (const auto& item : ours->named_parameters()) {
+    INFO(item.key());
+    CHECK(item.value().grad().defined());
+  }
+}
+
+TEST_CASE("nn::EncoderLayer pre-norm is x + attention(norm1(x)), then + feedforward(norm2(.))", "[nn]") {
+  torch::manual_seed(4);
+  nn::EncoderLayer layer(nn::EncoderLayerOptions(128, 4).feedforward(256).norm_first(true).activation(nn::Activation::gelu));
+  layer->eval();
+  auto [x, pad] = batch();
+  const auto mask = nn::padding_mask(pad);
+  const auto h = x + layer->self_attn(layer->norm1(x), mask, 0.0);
+  const auto f = layer->norm2(h);
+  const auto expected = h + layer->linear2(torch::gelu(layer->linear1(f)));
+  CHECK(largest_difference(layer->forward(x, mask), expected) < 1e-5);
+}
+
+TEST_CASE("nn::EncoderLayer: bad shapes are clear errors", "[nn]") {
+  CHECK_THROWS_WITH(nn::EncoderLayer(nn::EncoderLayerOptions(130, 4)),
+                    Catch::Contains("d_model 130 must be a positive multiple of heads 4"));
+  nn::EncoderLayer layer(nn::EncoderLayerOptions(16, 2).feedforward(32));
+  CHECK_THROWS_WITH(layer->forward(torch::randn({4, 16})), Catch::Contains("must be [batch, sequence, 16] (batch first)"));
+  CHECK_THROWS_WITH(layer->forward(torch::randn({2, 4, 8})), Catch::Contains("with 8 features"));
+  CHECK_THROWS_WITH(nn::padding_mask(torch::zeros({2, 3, 4})), Catch::Contains("[batch, sequence]"));
+}
