@@ -22,7 +22,7 @@ LAYERS = [
     ("data and launch", ["data/", "data/image.hpp", "data/image_folder.hpp", "sampler/", "launch/", "detail/"]),
     ("backends and checkpointers", ["backend/", "backend/detail/hierarchical.hpp", "checkpointer/", "weights.hpp", "concept/backend.hpp", "concept/checkpointer.hpp",
                                     "concept/sampler.hpp", "concept/archetypes.hpp"]),
-    ("strategies, precisions, evaluation", ["strategy/", "precision/", "evaluation/", "schedule/",
+    ("strategies, precisions, evaluation", ["strategy/", "precision/", "evaluation/", "schedule/", "nn/",
                                             "concept/strategy.hpp", "concept/precision.hpp"]),
     ("tracking", ["tracking/", "tracker/", "result.hpp", "concept/tracker.hpp"]),
     ("context", ["context.hpp", "context/", "policy/concepts.hpp", "policy/resolve.hpp"]),
