@@ -145,8 +145,7 @@ void Context<Policies>::naming_file(const checkpointer::Checkpoint& ck, const st
     } catch (const std::exception&) {  // the store went away: the error below still says it all
     }
     throw Error(why + ". The group restarts from an older checkpoint if there is one; to resume from a "
-                "particular one set RunConfig::resume_from, or start afresh (RunConfig::start = "
-                "dtrain::Start::fresh)");
+                "particular one set RunConfig::resume_from, or start afresh (" + start_advice(Start::fresh) + ")");
   }
 }
 
