@@ -145,14 +145,19 @@ class Context {
     const auto first = cursor_.first_epoch();
     return ranges::views::iota(first, std::max(first, n)) | ranges::views::transform([this](std::int64_t e) {
              cursor_.begin_epoch(e);
+             meter_.begin_epoch(steps_ - cursor_.position());
              return e;
            });
   }
   std::int64_t epoch() const { return cursor_.epoch(); }
   /// Ends the current epoch early (a per-epoch step cap, early stopping within an epoch): a
-  /// checkpoint taken after it resumes at the next epoch, not inside this one. Call it where the
-  /// loop leaves ctx.shard(...) with `break`.
-  void end_epoch() { cursor_.end_epoch(); }
+  /// checkpoint taken after it resumes at the next epoch, not inside this one, and the progress
+  /// line counts the epochs left as this one's steps long. Call it where the loop leaves
+  /// ctx.shard(...) with `break`.
+  void end_epoch() {
+    cursor_.end_epoch();
+    meter_.end_epoch_early(steps_);
+  }
 
   /// This rank's batches of `split` for the current epoch (data::batches over the Sampler's
   /// indices for this rank), global_batch / world_size samples at a time. Throws ConfigError when

@@ -225,7 +225,7 @@ std::optional<checkpointer::Checkpoint> Context<Policies>::best_checkpoint() {
 
 template <class Policies>
 void Context<Policies>::finish() {
-  meter_.close(steps_, cursor_.epoch(), cursor_.epoch_batches());
+  meter_.close(steps_, cursor_.epoch(), cursor_.epoch_batches(), /*finished=*/true);
   checkpoints_.finish();
   // A GPU backend's collectives complete on the device: surface their errors before finishing.
   backend_traits<backend>::synchronize(comm_);
