@@ -13,8 +13,6 @@
 #include <type_traits>
 #include <utility>
 
-#include <range/v3/range/access.hpp>
-
 #include <dtrain/version.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -26,8 +24,9 @@ namespace detail {
 /// once, and do not move it while iterating.
 template <class Range>
 class until_stopped {
-  using inner = decltype(ranges::begin(std::declval<Range&>()));
-  using inner_end = decltype(ranges::end(std::declval<Range&>()));
+  // Members, as a range-for calls them: data::prefetched's move-only iterator is no range-v3 one.
+  using inner = decltype(std::declval<Range&>().begin());
+  using inner_end = decltype(std::declval<Range&>().end());
 
  public:
   until_stopped(Range range, std::function<bool()> stop) : range_(std::move(range)), stop_(std::move(stop)) {}
@@ -40,7 +39,7 @@ class until_stopped {
     using difference_type = std::ptrdiff_t;
 
     iterator() = default;
-    explicit iterator(until_stopped* r) : r_(r), it_(ranges::begin(r->range_)), end_(ranges::end(r->range_)) {}
+    explicit iterator(until_stopped* r) : r_(r), it_(r->range_.begin()), end_(r->range_.end()) {}
     decltype(auto) operator*() const { return **it_; }
     iterator& operator++() {
       ++*it_;
