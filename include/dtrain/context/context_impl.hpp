@@ -118,8 +118,10 @@ auto Context<Policies>::shard(const Split& split, std::int64_t global_batch, Sam
   // The Trainer's Sampler's batches end at the step the group agreed to stop at (every rank asks
   // at every boundary, with the same step count): a loop stops without asking should_stop().
   auto until_stop = [this](auto batches) {
-    if constexpr (counted) return detail::until_stopped<decltype(batches)>(std::move(batches), [this] { return stopping(); });
-    else return batches;
+    if constexpr (counted)
+      return detail::until_stopped<decltype(batches)>(std::move(batches), [this] { return stopping(); });
+    else
+      return batches;
   };
   if constexpr (prefetching) {
     // On a GPU backend the next batch moves to the device while this one trains; the position

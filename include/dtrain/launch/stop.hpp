@@ -95,9 +95,11 @@ inline std::string stopped_early_key(int attempt) { return key(attempt, "stop/en
 /// What a stopped run's outcome says: the last signal, to whom, and whether running the run
 /// directory `run` again resumes it (`persists`: the Trainer keeps checkpoints).
 inline std::string stop_message(const std::string& to, const std::filesystem::path& run, bool persists) {
-  std::string msg = std::string("stopped by ") + (last_stop_signal() == SIGINT ? "SIGINT" : "SIGTERM") + " to " + to;
-  if (persists) return msg + "; run " + run.string() + " again (the same storage path and name) to resume from its latest checkpoint";
-  return msg + "; the Trainer keeps no checkpoints (checkpointer::none), so running it again starts over";
+  const std::string msg =
+      std::string("stopped by ") + (last_stop_signal() == SIGINT ? "SIGINT" : "SIGTERM") + " to " + to + "; ";
+  if (persists)
+    return msg + "run " + run.string() + " again (the same storage path and name) to resume from its latest checkpoint";
+  return msg + "the Trainer keeps no checkpoints (checkpointer::none), so running it again starts over";
 }
 
 /// A rank's view of a stop request, behind ctx.should_stop() and the early end of ctx.epochs()
