@@ -5,7 +5,9 @@
 //   fashion_mnist --workers 2 --model cnn --epochs 1
 //
 // Every epoch ends with a test-set evaluation and a checkpoint (checkpointer::directory<>; the 2
-// best by test accuracy are kept, beside the latest). --max-failures N restarts the workers after
+// best by test accuracy are kept, beside the latest). SIGINT or SIGTERM (Ctrl-C) stops the training
+// at the next step: the epoch so far is evaluated and checkpointed, and running the same command
+// again resumes it. --max-failures N restarts the workers after
 // a failure, from the latest checkpoint. Running the same --storage-path and --name again resumes
 // the earlier run from its latest checkpoint (as Ray Train does); --fresh starts over, and the
 // library moves the earlier run aside to <name>.old-<time> (RunConfig::start), deleting nothing.
@@ -245,6 +247,10 @@ int main(int argc, char** argv) try {
                                               {"first_step_unix", first_step_unix}}));
       if (done()) break;
     }
+
+    // A stop request (SIGINT, SIGTERM) ended ctx.shard and ctx.epochs early, and the cut epoch
+    // was reported and checkpointed above: a re-run resumes there and evaluates at its end.
+    if (ctx.should_stop()) return;
 
     // The best checkpoint, evaluated on the test set by every worker: predictions gathered in
     // order, the confusion matrix summed over the ranks.

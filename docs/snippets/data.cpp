@@ -5,12 +5,9 @@
 
 #include "snippets.hpp"
 
-#include <dtrain/data/collate.hpp>
-#include <dtrain/data/csv_table.hpp>
-#include <dtrain/data/pipeline.hpp>
-#include <dtrain/data/preprocess.hpp>
-#include <dtrain/data/splits.hpp>
-#include <dtrain/evaluation/validation.hpp>
+// [includes]
+#include <dtrain/dtrain.hpp>  // everything on this page but the image headers (see Images)
+// [includes]
 
 #include <fstream>
 #include <iostream>

@@ -120,8 +120,9 @@ int evaluation() {
 
 }  // namespace
 
-// The preemption block: a loop that saves a last checkpoint when asked to stop (nothing signals
-// this run, so it trains to the end and reports nothing; tests/signals sends the signals).
+// The preemption block: a loop that never asks whether it is being stopped, yet stops at the next
+// step when asked, and saves a checkpoint there (nothing signals this run, so it trains to the end
+// and reports each epoch; tests/signals sends the signals).
 int preemption() {
   const auto& train = data().train();
   using Trainer = dtrain::Trainer<Net, dtrain::data::FashionMnist, dtrain::checkpointer::directory<>>;
@@ -132,18 +133,17 @@ int preemption() {
     torch::optim::Adam optimizer(model->parameters(), 1e-3);
     double last_loss = 0;
     // [preemption]
-    for (auto epoch : ctx.epochs(epochs))
-      for (auto batch : ctx.shard(train, 256)) {
-        if (ctx.should_stop()) {  // preempted: save where we are, then leave
-          ctx.report({{"loss", last_loss}, {"epoch", epoch}}, ctx.checkpoint(model, optimizer));
-          return;
-        }
+    for (auto epoch : ctx.epochs(epochs)) {         // no epoch begins once the run is stopping
+      for (auto batch : ctx.shard(train, 256)) {    // ends at the step the ranks agreed to stop at
         optimizer.zero_grad();
         auto loss = torch::nn::functional::cross_entropy(model->forward(batch.data), batch.target);
         ctx.backward(loss);
         ctx.step(optimizer);
         last_loss = loss.item<double>();
       }
+      // The epoch's end, or where a stop cut it: a re-run resumes from this checkpoint.
+      ctx.report({{"loss", last_loss}, {"epoch", epoch}}, ctx.checkpoint(model, optimizer));
+    }
     // [preemption]
   });
   std::cout << "preemption: " << result.metrics_history.size() << " reports\n";

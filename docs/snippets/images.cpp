@@ -5,9 +5,10 @@
 
 #include "snippets.hpp"
 
-#include <dtrain/data/image_folder.hpp>
-#include <dtrain/data/pipeline.hpp>
-#include <dtrain/evaluation/validation.hpp>
+// [includes]
+#include <dtrain/dtrain.hpp>
+#include <dtrain/data/image_folder.hpp>  // needs OpenCV: link dtrain::images
+// [includes]
 
 #include <cstdlib>
 #include <filesystem>

@@ -181,6 +181,16 @@ enum class Start {
   fresh,
 };
 
+/// How an error message says to choose `s`: the C++ setting and the command-line flag of dtrain's
+/// example programs (--fresh, --resume), since who reads the message may know only the flags of
+/// the program they ran.
+inline std::string start_advice(Start s) {
+  return s == Start::fresh
+             ? "RunConfig::start = dtrain::Start::fresh in code; --fresh on the command line of dtrain's examples"
+             : "RunConfig::start = dtrain::Start::resume in code, the default; --resume or no flag on the command "
+               "line of dtrain's examples";
+}
+
 /// Where the run's files go, and how long workers wait for each other.
 struct RunConfig {
   /// The run's directory is storage_path / name.

@@ -14,8 +14,6 @@
 #include <utility>
 #include <vector>
 
-#include <range/v3/view/iota.hpp>
-#include <range/v3/view/transform.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/types.h>
 
@@ -30,6 +28,7 @@
 #include <dtrain/concept/strategy.hpp>
 #include <dtrain/config.hpp>
 #include <dtrain/context/models.hpp>
+#include <dtrain/context/stoppable.hpp>
 #include <dtrain/data/dataset.hpp>
 #include <dtrain/data/prefetch.hpp>
 #include <dtrain/data/shard.hpp>
@@ -71,10 +70,14 @@ class Context {
   Context& operator=(const Context&) = delete;
 
   /// Whether the run is being stopped (SIGINT or SIGTERM to the driver, or to this worker under
-  /// torchrun, Slurm or Kubernetes): true on every rank from the same step on, so the loop can
-  /// save a checkpoint and return. Costs a store read at most every FailureConfig::stop_poll.
-  /// `if (ctx.should_stop()) { ctx.report(m, ctx.checkpoint(model, opt)); return; }`
-  bool should_stop() { return stop_.should_stop(steps_); }
+  /// torchrun, Slurm or Kubernetes): true on every rank from the same optimizer step on, when
+  /// ctx.shard() of the Trainer's Sampler ends and ctx.epochs() begins no more epochs, so a loop
+  /// need not ask. Ask where a stopped loop should do less (skip a final evaluation), or in a
+  /// loop built on neither. Costs a store read at most every FailureConfig::stop_poll.
+  bool should_stop() { return stopping(); }
+  /// Whether a stop request cut this loop short (should_stop() answered true): the driver records
+  /// the run "stopped", and one whose loop ran out of work first "finished".
+  bool stopped() const { return stopped_; }
 
   /// @name Where this worker is
   /// @{
@@ -139,24 +142,33 @@ class Context {
 
   /// Epochs `first` .. n-1, where `first` is 0 for a fresh run and the checkpoint's epoch on
   /// resume. Iterating sets epoch(), which the Sampler draws its permutation from: no set_epoch
-  /// call is needed.
+  /// call is needed. No epoch begins once the run is being stopped (see should_stop()).
   auto epochs(std::int64_t n) {
     meter_.set_epochs(n);
     const auto first = cursor_.first_epoch();
-    return ranges::views::iota(first, std::max(first, n)) | ranges::views::transform([this](std::int64_t e) {
-             cursor_.begin_epoch(e);
-             return e;
-           });
+    return detail::epochs_until_stopped(
+        first, std::max(first, n),
+        [this](std::int64_t e) {
+          cursor_.begin_epoch(e);
+          meter_.begin_epoch(steps_ - cursor_.position());
+        },
+        [this] { return stopping(); });
   }
   std::int64_t epoch() const { return cursor_.epoch(); }
   /// Ends the current epoch early (a per-epoch step cap, early stopping within an epoch): a
-  /// checkpoint taken after it resumes at the next epoch, not inside this one. Call it where the
-  /// loop leaves ctx.shard(...) with `break`.
-  void end_epoch() { cursor_.end_epoch(); }
+  /// checkpoint taken after it resumes at the next epoch, not inside this one, and the progress
+  /// line counts the epochs left as this one's steps long. Call it where the loop leaves
+  /// ctx.shard(...) with `break`.
+  void end_epoch() {
+    cursor_.end_epoch();
+    meter_.end_epoch_early(steps_);
+  }
 
   /// This rank's batches of `split` for the current epoch (data::batches over the Sampler's
   /// indices for this rank), global_batch / world_size samples at a time. Throws ConfigError when
-  /// world_size does not divide global_batch.
+  /// world_size does not divide global_batch. A shard of the Trainer's Sampler ends at the first
+  /// batch boundary of the step the group agreed to stop at (see should_stop()); one of another
+  /// Sampler (an evaluation) runs to its end, so that its metrics count every sample.
   ///
   /// `sampler` overrides the Trainer's Sampler for this call, as a value:
   /// `ctx.shard(test, b, dtrain::sampler::sequential{})` gives every sample exactly once across
@@ -372,6 +384,13 @@ class Context {
   // The synchronised part of report(): the barrier, and rank 0's row appended to the history.
   Metrics record(const Metrics& metrics);
 
+  // stop_.should_stop at this step; remembers an answer of true (the loop is cut short).
+  bool stopping() {
+    if (!stop_.should_stop(steps_)) return false;
+    stopped_ = true;
+    return true;
+  }
+
   launch::Group group_;
   ScalingConfig scaling_;
   RunConfig run_;
@@ -386,6 +405,7 @@ class Context {
   checkpointer::detail::SnapshotBuffers snapshot_buffers_;  // the previous snapshot's tensors, to copy into
   std::int64_t steps_ = 0, reports_ = 0, syncs_ = 0;
   int group_checkpoints_ = 0;  // checkpoints this group saved (an elastic group regrows after some)
+  bool stopped_ = false;       // a stop request cut the loop short (stopped())
   launch::StopRequest stop_;
   std::optional<tracking::RunRecord> tracked_;  // rank 0: the run as the Tracker's report hook sees it
 };

@@ -40,13 +40,33 @@
 #include <dtrain/tracking/record.hpp>
 #include <dtrain/tracking/report.hpp>
 
+// Every data header that needs no optional library (docs/data.md's code compiles with this
+// header alone); data/image.hpp and data/image_folder.hpp need OpenCV (dtrain::images) and are
+// included by name.
+#include <dtrain/data/collate.hpp>
+#include <dtrain/data/csv.hpp>
+#include <dtrain/data/csv_table.hpp>
 #include <dtrain/data/dataset.hpp>
 #include <dtrain/data/fashion_mnist.hpp>
+#include <dtrain/data/fields.hpp>
+#include <dtrain/data/files.hpp>
+#include <dtrain/data/idx.hpp>
+#include <dtrain/data/idx_cache.hpp>
+#include <dtrain/data/jsonl.hpp>
+#include <dtrain/data/loader.hpp>
+#include <dtrain/data/pipeline.hpp>
 #include <dtrain/data/prefetch.hpp>
+#include <dtrain/data/preprocess.hpp>
+#include <dtrain/data/row.hpp>
+#include <dtrain/data/sentencepiece.hpp>
 #include <dtrain/data/shard.hpp>
+#include <dtrain/data/splits.hpp>
+#include <dtrain/data/text_file.hpp>
+#include <dtrain/data/token_ids.hpp>
 #include <dtrain/evaluation/classification.hpp>
 #include <dtrain/evaluation/predictor.hpp>
 #include <dtrain/nn/encoder.hpp>
+#include <dtrain/evaluation/validation.hpp>
 
 #include <dtrain/launch/environment.hpp>
 #include <dtrain/launch/process.hpp>

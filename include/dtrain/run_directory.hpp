@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include <dtrain/config.hpp>
 #include <dtrain/error.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -70,7 +71,7 @@ class RunDirectory {
     if (ec)
       throw ConfigError(root_.string() + ": the earlier run cannot be moved aside to " + target.string() + " (" +
                         ec.message() + ") for a fresh start; move or remove it yourself, or resume it "
-                        "(RunConfig::start = dtrain::Start::resume)");
+                        "(" + start_advice(Start::resume) + ")");
     return target;
   }
 

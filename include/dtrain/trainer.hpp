@@ -136,7 +136,9 @@ class Trainer {
       context ctx(who, store, scaling_, run_);
       loop(ctx);
       ctx.finish();
-      if (tracked) tracked->end("finished", who.attempt, "");
+      if (tracked)
+        tracked->end(ctx.stopped() ? "stopped" : "finished", who.attempt,
+                     ctx.stopped() ? launch::stop_message("the workers", run_.path(), persists) : "");
       depart(*store, who);
     } catch (const launch::Regroup&) {  // an elastic group's checkpoint to grow back from is complete
       depart(*store, who);
@@ -258,7 +260,14 @@ class Trainer {
         if (run_.failure.throw_on_failure) throw;
         return result;
       }
-      if (launch::stop_signals_received() > 0) return stop_run(record, restarts.count());
+      // A signal stops the run unless every loop had run out of work before the stop took effect.
+      if (launch::stop_signals_received() > 0) {
+        if (failure || stop_killed_ || store->check({launch::stopped_early_key(attempt)}) ||
+            store->check({launch::key(attempt, launch::regroup_key)}))
+          return stop_run(record, restarts.count());
+        std::fprintf(stderr, "dtrain: the workers finished their work before the stop took effect; the run "
+                     "is recorded finished\n");
+      }
       if (!failure) {
         if (!store->check({launch::key(attempt, launch::regroup_key)})) break;
         const auto why = sizes.after_regroup();
@@ -305,10 +314,7 @@ class Trainer {
   // A run stopped by SIGINT or SIGTERM: recorded as "stopped" (MLflow's KILLED); a re-run of the
   // same name resumes from its latest checkpoint.
   Result stop_run(tracking::RunTracking<policies>& record, int restarts) const {
-    const int sig = launch::last_stop_signal();
-    const std::string msg = std::string("stopped by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
-                            " to the driver; run " + run_.path().string() +
-                            " again (the same storage path and name) to resume from its latest checkpoint";
+    const std::string msg = launch::stop_message("the driver", run_.path(), persists);
     std::fprintf(stderr, "dtrain: %s\n", msg.c_str());
     auto result = record.end("stopped", restarts, msg);
     if (run_.failure.throw_on_failure) throw Stopped(msg);
@@ -343,6 +349,7 @@ class Trainer {
       return "training failed: rank " + std::to_string(r) + " could not be started: " + e.what();
     }
     blas.reset();
+    stop_killed_ = false;
     std::optional<std::chrono::steady_clock::time_point> stop_deadline;
     // Finds ranks that are alive but stuck, even when no rank waits for them (every rank stuck).
     launch::ProgressWatchdog watchdog(store, attempt, n, run_.failure.progress_timeout);
@@ -362,6 +369,7 @@ class Trainer {
       if (stop_deadline && (launch::stop_signals_received() > 1 || std::chrono::steady_clock::now() > *stop_deadline)) {
         group.kill_all();
         group.reap_all();
+        stop_killed_ = true;
         return std::nullopt;  // the caller records the stop
       }
       if (auto stuck = stop_deadline ? std::nullopt : watchdog.check([&](int r) { return group.running(r); })) {
@@ -381,6 +389,7 @@ class Trainer {
       if (stop_deadline) {  // a worker died while stopping: its peers' collectives cannot complete
         group.kill_all();
         group.reap_all();
+        stop_killed_ = true;
         return std::nullopt;
       }
       // One rank failed: stop the rest at once, then say who failed first and why.
@@ -403,6 +412,7 @@ class Trainer {
   ScalingConfig scaling_;
   RunConfig run_;
   int failed_rank_ = -1;  // the rank whose end failed the last group
+  bool stop_killed_ = false;  // the last group was killed while stopping (grace over, second signal)
 };
 
 DTRAIN_NAMESPACE_END

@@ -4,11 +4,19 @@
 // SIGTERM to it, reads its MLflow store while it runs, and checks what it leaves.
 //
 //   signal_scenarios --name NAME --storage DIR [--workers N] [--steps K] [--every E] [--sleep-ms M]
-//       [--grace-ms G] [--on-stop checkpoint|return|ignore] [--fail-step S] [--no-throw 1] [--tag T]
+//       [--grace-ms G] [--on-stop checkpoint|auto|ignore] [--fail-step S] [--no-throw 1]
+//       [--linger-ms L] [--tag T]
+//
+// --on-stop: checkpoint - the loop asks ctx.should_stop() after each shard and saves a checkpoint;
+// auto - it never asks (ctx.shard and ctx.epochs end early), and reports with a checkpoint at each
+// epoch's end; ignore - a loop built on neither ctx.shard nor ctx.epochs that never asks, which the
+// grace period's SIGKILL ends. Each rank prints "LOOP_END rank=R steps=N unix=T" when its loop
+// ends (T: the end of its last step). --linger-ms: the loop sleeps that long after training.
 
 #include <dtrain/dtrain.hpp>
 
 #include <chrono>
+#include <cstdio>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -19,7 +27,7 @@ namespace {
 
 struct Args {
   std::string name = "run", storage = "signal_runs", on_stop = "checkpoint";
-  int workers = 2, steps = 200, every = 10, sleep_ms = 10, grace_ms = 10000, fail_step = -1;
+  int workers = 2, steps = 200, every = 10, sleep_ms = 10, grace_ms = 10000, fail_step = -1, linger_ms = 0;
   bool no_throw = false;
 };
 
@@ -37,6 +45,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--on-stop") a.on_stop = v;
     else if (f == "--fail-step") a.fail_step = std::stoi(v);
     else if (f == "--no-throw") a.no_throw = v == "1";
+    else if (f == "--linger-ms") a.linger_ms = std::stoi(v);
     else if (f == "--tag") {}  // only marks the processes
     else throw std::invalid_argument("unknown flag " + f);
   }
@@ -80,31 +89,45 @@ int main(int argc, char** argv) try {
       ctx.restore(*ck, model, sgd);
       if (ctx.world_rank() == 0) std::cerr << "RESUMED steps=" << ck->steps() << std::endl;
     }
-    for (auto epoch : ctx.epochs(1000)) {
-      (void)epoch;
-      for (auto batch : ctx.shard(data, 32)) {
-        if (ctx.steps() == a.steps) break;
-        if (a.on_stop != "ignore" && ctx.should_stop()) {
-          if (ctx.world_rank() == 0) std::cerr << "STOPPING at step " << ctx.steps() << std::endl;
-          if (a.on_stop == "checkpoint")
-            ctx.report({{"loss", 0.0}, {"score", 0}}, ctx.checkpoint(model, sgd));
-          return;
-        }
-        if (ctx.world_rank() == 1 && ctx.steps() == a.fail_step) throw std::runtime_error("injected failure");
-        sgd.zero_grad();
-        auto loss = torch::nn::functional::cross_entropy(model->forward(batch.data), batch.target);
-        ctx.backward(loss);
-        ctx.step(sgd);
-        std::this_thread::sleep_for(std::chrono::milliseconds(a.sleep_ms));
-        if (ctx.steps() % a.every == 0) {
-          const auto s = ctx.steps();
-          // "val:loss" has a ':' that MLflow's key must not keep.
-          ctx.report({{"loss", loss.item<double>()}, {"val:loss", loss.item<double>()}, {"score", (s * 7) % 11}},
-                     ctx.checkpoint(model, sgd));
-        }
+    double last_step_end = dtrain::unix_now();
+    auto train_step = [&](const dtrain::data::Batch& batch) {
+      if (ctx.world_rank() == 1 && ctx.steps() == a.fail_step) throw std::runtime_error("injected failure");
+      sgd.zero_grad();
+      auto loss = torch::nn::functional::cross_entropy(model->forward(batch.data), batch.target);
+      ctx.backward(loss);
+      ctx.step(sgd);
+      std::this_thread::sleep_for(std::chrono::milliseconds(a.sleep_ms));
+      last_step_end = dtrain::unix_now();
+      if (ctx.steps() % a.every == 0) {
+        const auto s = ctx.steps();
+        // "val:loss" has a ':' that MLflow's key must not keep.
+        ctx.report({{"loss", loss.item<double>()}, {"val:loss", loss.item<double>()}, {"score", (s * 7) % 11}},
+                   ctx.checkpoint(model, sgd));
       }
-      if (ctx.steps() == a.steps) break;
+    };
+    if (a.on_stop == "ignore") {  // neither ctx.epochs nor ctx.shard: nothing ends it but SIGKILL
+      const auto batch = data.get_batch(torch::arange(16 * ctx.world_rank(), 16 * ctx.world_rank() + 16));
+      while (ctx.steps() < a.steps) train_step(batch);
+    } else {
+      for (auto epoch : ctx.epochs(1000)) {
+        (void)epoch;
+        for (auto batch : ctx.shard(data, 32)) {
+          if (ctx.steps() == a.steps) break;
+          train_step(batch);
+        }
+        if (a.on_stop == "checkpoint" && ctx.should_stop()) {
+          if (ctx.world_rank() == 0) std::cerr << "STOPPING at step " << ctx.steps() << std::endl;
+          ctx.report({{"loss", 0.0}, {"score", 0}}, ctx.checkpoint(model, sgd));
+          break;
+        }
+        if (a.on_stop == "auto" && ctx.steps() % a.every != 0)  // the epoch's end, cut short or not
+          ctx.report({{"loss", 0.0}, {"score", 0}}, ctx.checkpoint(model, sgd));
+        if (ctx.steps() == a.steps) break;
+      }
     }
+    std::fprintf(stderr, "LOOP_END rank=%d steps=%lld unix=%.3f\n", ctx.world_rank(),
+                 static_cast<long long>(ctx.steps()), last_step_end);
+    std::this_thread::sleep_for(std::chrono::milliseconds(a.linger_ms));
   });
   print("RESULT", result);
   print("FROM_PATH", dtrain::Result::from_path(result.path));

@@ -8,8 +8,10 @@ Runs signal_scenarios (2 workers, checkpointer::directory<>, tracker::mlflow<>) 
 random points, sends each signal to the driver. Checks: the driver exits within the grace period
 plus a margin; no process carrying the run's unique tag is left; outcome.json says "stopped" and
 MLflow's meta.yaml KILLED (5); a loop that checkpoints on ctx.should_stop() leaves that checkpoint;
-a re-run of the same name resumes and finishes. Also: a loop that ignores should_stop() is killed
-when the grace period ends, a second signal kills at once, an MLflow metric file grows while the
+a re-run of the same name resumes and finishes. A loop that never asks stops within 2 s of the
+signal (ctx.shard and ctx.epochs end early), every rank at the same step; a run whose training had
+ended before the signal is recorded finished. Also: a loop built on neither ctx.shard nor
+ctx.epochs that never asks is killed when the grace period ends, a second signal kills at once, an MLflow metric file grows while the
 run goes, two runs of one storage path share one store, a ':' in a key is mapped, and a failed run
 returns Result::error (FailureConfig::throw_on_failure = false) as Result::from_path reads it back.
 """
@@ -115,7 +117,7 @@ for sig in (signal.SIGINT, signal.SIGTERM):
         proc.send_signal(sig)
         code, out, err = finish(proc)
         took = time.time() - sent
-        what = "%s, loop %s" % (sig.name, "checkpoints on should_stop()" if on_stop == "checkpoint" else "ignores it")
+        what = "%s, loop %s" % (sig.name, "checkpoints on should_stop()" if on_stop == "checkpoint" else "ignores stops")
         check(took < g + MARGIN, "%s: the driver exited %.1f s after the signal (grace %.0f s)" % (what, took, g))
         check(code == 4 and "STOPPED stopped by %s" % sig.name in out, "%s: fit() throws dtrain::Stopped naming the signal" % what)
         time.sleep(0.2)
@@ -141,6 +143,57 @@ for sig in (signal.SIGINT, signal.SIGTERM):
         runs = mlflow_runs(name)
         check(len(runs) == 2 and runs[1]["status"] == 3, "%s: the re-run is a second MLflow run, FINISHED" % what)
         check(tagged() == 0, "%s: no process left after the re-run" % what)
+
+# --- a loop that never asks stops at the next step, every rank at the same one (issue 30) ------------
+# ctx.shard and ctx.epochs end early: the loop's epoch-end report and checkpoint run, then it ends.
+# Fast steps (no sleep) on 4 workers test that every rank agrees on the step.
+for i, (sig, workers, sleep_ms) in enumerate(((signal.SIGINT, 2, 10), (signal.SIGTERM, 4, 10), (signal.SIGINT, 4, 0),
+                                              (signal.SIGTERM, 4, 0), (signal.SIGINT, 4, 1))):
+    name = "auto_%d" % i
+    proc = start(name, "--workers", workers, "--steps", 100000, "--every", 50, "--sleep-ms", sleep_ms,
+                 "--grace-ms", 30000, "--on-stop", "auto")
+    wait_for_report(name, proc)
+    time.sleep(rng.uniform(0.0, 1.0))
+    sent = time.time()
+    proc.send_signal(sig)
+    code, out, err = finish(proc)
+    took = time.time() - sent
+    what = "%s to a loop that never asks (%d workers, %d ms steps)" % (sig.name, workers, sleep_ms)
+    ends = [(int(r), int(s), float(t)) for r, s, t in re.findall(r"LOOP_END rank=(\d+) steps=(\d+) unix=([0-9.]+)", err)]
+    steps_seen = sorted({s for _, s, _ in ends})
+    check(len(ends) == workers and len(steps_seen) == 1,
+          "%s: every rank's loop ended at the same step (%s)" % (what, [(r, s) for r, s, _ in ends]))
+    last = max((t for _, _, t in ends), default=float("inf"))
+    # The agreed step lies two polls' worth of steps ahead at the fastest rate seen; 4 workers on a
+    # shared 2-core machine, a checkpoint every 16 steps, make the average rate far slower than the
+    # fastest: those runs test the agreement, and are allowed 4 s (measured up to 1.5 s).
+    bound = 2.0 if sleep_ms >= 10 else 4.0
+    check(last - sent <= bound, "%s: training stopped %.2f s after the signal (within %g s)" % (what, last - sent, bound))
+    check(code == 4 and "STOPPED stopped by %s" % sig.name in out, "%s: fit() throws dtrain::Stopped (%.1f s)" % (what, took))
+    o = outcome(name)
+    check(o["status"] == "stopped", "%s: outcome.json status stopped" % what)
+    ck = json.load(open(os.path.join(storage, name, "checkpoints.json")))
+    latest = [c for c in ck["checkpoints"] if c["latest"]]
+    check(bool(latest) and bool(steps_seen) and latest[0]["step"] == steps_seen[0],
+          "%s: the epoch-end checkpoint at the stop is the latest (%s)" % (what, latest and latest[0]["step"]))
+    time.sleep(0.2)
+    check(tagged() == 0, "%s: no worker left" % what)
+
+# --- a run that finished its work before the stop is recorded finished (issue 30) ------------------
+proc = start("linger", "--steps", 40, "--every", 10, "--sleep-ms", 0, "--linger-ms", 4000, "--on-stop", "auto")
+history = os.path.join(storage, "linger", "metrics.jsonl")
+deadline = time.time() + 60
+while time.time() < deadline and proc.poll() is None:
+    done = os.path.exists(history) and any(json.loads(l).get("step") == 40 for l in open(history) if l.strip())
+    if done:
+        break
+    time.sleep(0.02)
+time.sleep(0.5)  # the loops have ended: the workers linger after training
+proc.send_signal(signal.SIGINT)
+code, out, err = finish(proc)
+check(code == 0 and "status=finished" in out and outcome("linger")["status"] == "finished",
+      "SIGINT after the training ended: the run is recorded finished, fit() returns (exit %d)" % code)
+check("finished their work before the stop" in err, "the driver says the workers had finished their work")
 
 # --- a signal at a random point of the start (before fit(), during the rendezvous, the first steps) --
 for i, sig in enumerate((signal.SIGINT, signal.SIGTERM, signal.SIGTERM)):

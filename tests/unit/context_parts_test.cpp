@@ -254,12 +254,65 @@ TEST_CASE("ProgressMeter: rates from the group's first step - drawn when due and
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
       meter.on_step(s, 0, 10);
     }
-    meter.close(3, 0, 10);
+    meter.close(3, 0, 10, /*finished=*/false);
   }
   ::close(fd);
   std::ifstream in(path);
   const std::string text{std::istreambuf_iterator<char>(in), {}};
   CHECK_THAT(text, Catch::Contains("epoch 1/2 | step 3/20 (15%)") && Catch::Contains("loss 0.5000"));
+}
+
+// Issue 30: a per-epoch step cap (ctx.end_epoch(); break;) left the total at the full epochs, and a
+// finished run's last line read "step 120/2814 (4%) ... ETA 13:57".
+TEST_CASE("ProgressMeter: a per-epoch step cap counts the epochs as capped - a finished run ends at 100%", "[context][progress]") {
+  TempDir tmp;
+  const auto path = tmp / "progress.txt";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  REQUIRE(fd >= 0);
+  {
+    d::ProgressConfig config;
+    config.interval = std::chrono::milliseconds(1);
+    d::tracking::ProgressMeter meter(config, true, fd, /*terminal=*/false);
+    meter.set_epochs(3);
+    std::int64_t steps = 0;
+    for (std::int64_t epoch = 0; epoch < 3; ++epoch) {  // 938 batches an epoch, 4 steps of each
+      meter.begin_epoch(steps);
+      for (int b = 0; b < 4; ++b) {
+        meter.add_samples(64);
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        meter.on_step(++steps, epoch, 938);
+      }
+      meter.end_epoch_early(steps);
+    }
+    meter.close(steps, 2, 938, /*finished=*/true);
+  }
+  ::close(fd);
+  std::ifstream in(path);
+  const std::string text{std::istreambuf_iterator<char>(in), {}};
+  INFO(text);
+  CHECK_THAT(text, Catch::Contains("epoch 1/3 | step 3/2814") && Catch::Contains("epoch 2/3 | step 6/12 (50%)") &&
+                       Catch::Contains("epoch 3/3 | step 12/12 (100%)") && Catch::EndsWith("ETA 00:00\n"));
+  CHECK_THAT(text, !Catch::Contains("step 12/2814"));
+}
+
+TEST_CASE("ProgressMeter: a run cut short by a stop keeps its total", "[context][progress]") {
+  TempDir tmp;
+  const auto path = tmp / "progress.txt";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  REQUIRE(fd >= 0);
+  {
+    d::ProgressConfig config;
+    config.interval = std::chrono::hours(1);  // only the final line
+    d::tracking::ProgressMeter meter(config, true, fd, /*terminal=*/false);
+    meter.set_epochs(2);
+    meter.begin_epoch(0);
+    for (int s = 1; s <= 5; ++s) meter.on_step(s, 0, 10);
+    meter.close(5, 0, 10, /*finished=*/false);
+  }
+  ::close(fd);
+  std::ifstream in(path);
+  const std::string text{std::istreambuf_iterator<char>(in), {}};
+  CHECK_THAT(text, Catch::Contains("epoch 1/2 | step 5/20 (25%)"));
 }
 
 TEST_CASE("data::batches from a first batch tells its observer each batch gathered", "[context][shard]") {

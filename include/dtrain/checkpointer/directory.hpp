@@ -135,8 +135,8 @@ class directory_state {
     auto ck = latest_valid(dir_.path(), true, [&](const auto& dir) { return unloadable_reason(dir); }, &unloadable);
     if (!ck && !unloadable.empty())  // starting afresh would overwrite them: the user decides
       throw ConfigError("no checkpoint of " + dir_.path().string() + " can be loaded into this run" + unloadable +
-                        ". Fix the model (or optimizer) to match them, or start afresh with RunConfig::start = "
-                        "dtrain::Start::fresh, which moves the old run aside");
+                        ". Fix the model (or optimizer) to match them, or start afresh (" + start_advice(Start::fresh) +
+                        "), which moves the old run aside");
     if (!ck && run.resume_from) {
       std::string why;
       ck = Checkpoint::open(*run.resume_from, &why);

@@ -115,14 +115,22 @@ auto Context<Policies>::shard(const Split& split, std::int64_t global_batch, Sam
       meter_.add_samples(len * world);
     };
   auto view = data::batches(split, std::move(order), batch_size, first, std::move(observe), cursor_.epoch());
+  // The Trainer's Sampler's batches end at the step the group agreed to stop at (every rank asks
+  // at every boundary, with the same step count): a loop stops without asking should_stop().
+  auto until_stop = [this](auto batches) {
+    if constexpr (counted)
+      return detail::until_stopped<decltype(batches)>(std::move(batches), [this] { return stopping(); });
+    else
+      return batches;
+  };
   if constexpr (prefetching) {
     // On a GPU backend the next batch moves to the device while this one trains; the position
     // counts the batches handed to the loop, not the one read ahead.
     std::function<void()> on_yield;
     if constexpr (counted) on_yield = [this, next = first]() mutable { cursor_.reached(next++); };
-    return data::prefetch(std::move(view), typename backend::batch_transfer(device_), std::move(on_yield));
+    return until_stop(data::prefetch(std::move(view), typename backend::batch_transfer(device_), std::move(on_yield)));
   } else {
-    return view;
+    return until_stop(std::move(view));
   }
 }
 
@@ -145,8 +153,7 @@ void Context<Policies>::naming_file(const checkpointer::Checkpoint& ck, const st
     } catch (const std::exception&) {  // the store went away: the error below still says it all
     }
     throw Error(why + ". The group restarts from an older checkpoint if there is one; to resume from a "
-                "particular one set RunConfig::resume_from, or start afresh (RunConfig::start = "
-                "dtrain::Start::fresh)");
+                "particular one set RunConfig::resume_from, or start afresh (" + start_advice(Start::fresh) + ")");
   }
 }
 
@@ -226,7 +233,9 @@ std::optional<checkpointer::Checkpoint> Context<Policies>::best_checkpoint() {
 
 template <class Policies>
 void Context<Policies>::finish() {
-  meter_.close(steps_, cursor_.epoch(), cursor_.epoch_batches());
+  meter_.close(steps_, cursor_.epoch(), cursor_.epoch_batches(), /*finished=*/!stopped_);
+  // The driver tells a run its stop cut short ("stopped") from one that ran out of work first.
+  if (stopped_) group_.store().set(launch::stopped_early_key(group_.identity().attempt), launch::to_bytes("1"));
   checkpoints_.finish();
   // A GPU backend's collectives complete on the device: surface their errors before finishing.
   backend_traits<backend>::synchronize(comm_);

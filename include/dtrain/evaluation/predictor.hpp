@@ -244,8 +244,18 @@ class Predictor {
  private:
   torch::Tensor probabilities_of(const data::Batch& b) { return probabilities(b.data); }
   torch::Tensor probabilities_of(const data::Fields& b) {
-    torch::NoGradGuard no_grad;
-    return to_probabilities(model_->forward(b.to(device_)));
+    if constexpr (requires(Model& m, const data::Fields& f) { m->forward(f); }) {
+      torch::NoGradGuard no_grad;
+      return to_probabilities(model_->forward(b.to(device_)));
+    } else {
+      static_assert(requires(Model& m, const data::Fields& f) { m->forward(f); },
+                    "dtrain::evaluation::Predictor<Model>: a batch of named fields (data::Fields: a pipeline's "
+                    "batches, or texts through TextInputs) goes to the model whole, as model->forward(fields), "
+                    "and Model has no forward(const dtrain::data::Fields&). Add one that picks the inputs, e.g. "
+                    "torch::Tensor forward(const dtrain::data::Fields& b) { return forward(b[\"input_ids\"], "
+                    "b[\"attention_mask\"]); }");
+      return {};
+    }
   }
   const torch::Tensor& target_of(const data::Batch& b) const { return b.target; }
   const torch::Tensor& target_of(const data::Fields& b) const { return b.at(label_field_); }

@@ -9,10 +9,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <c10/util/Logging.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -58,6 +60,24 @@ inline void check_local_address(const std::string& addr) {
                           "to this host's name or address, or unset it");
 }
 
+/// While it lives, c10's log level lets only fatal messages through: c10d logs a failed bind or
+/// connect (two warnings and an error, through glog) before it throws, and dtrain's error then
+/// says it all, naming the port and the fix. c10d's messages obey FLAGS_caffe2_log_level in
+/// LibTorch 1.13 and 2.x alike (a plain int there when c10 is built without gflags). Left alone
+/// when TORCH_CPP_LOG_LEVEL is set: whoever set it wants c10's messages.
+class QuietC10dLog {
+ public:
+  QuietC10dLog() : saved_(::FLAGS_caffe2_log_level) {
+    if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr) ::FLAGS_caffe2_log_level = 3;  // FATAL
+  }
+  ~QuietC10dLog() { ::FLAGS_caffe2_log_level = saved_; }
+  QuietC10dLog(const QuietC10dLog&) = delete;
+  QuietC10dLog& operator=(const QuietC10dLog&) = delete;
+
+ private:
+  int saved_;
+};
+
 /// Hosts a TCPStore on `port` (0: a free port the kernel picks) at `addr`, which must be this
 /// host's. Throws RendezvousError when the port cannot be listened on, naming it.
 inline c10::intrusive_ptr<c10d::TCPStore> host_store(const std::string& addr, int port,
@@ -71,6 +91,7 @@ inline c10::intrusive_ptr<c10d::TCPStore> host_store(const std::string& addr, in
   o.waitWorkers = false;
   o.timeout = timeout;
   try {
+    QuietC10dLog quiet;
     return c10::make_intrusive<c10d::TCPStore>(addr, o);
   } catch (const std::exception& e) {
     throw RendezvousError("cannot host the rendezvous store on port " + std::to_string(port) +
@@ -91,6 +112,7 @@ inline c10::intrusive_ptr<c10d::Store> connect_store(const WorkerIdentity& w,
   o.waitWorkers = false;
   o.timeout = timeout;
   try {
+    QuietC10dLog quiet;
     return c10::make_intrusive<c10d::TCPStore>(w.master_addr, o);
   } catch (const std::exception& e) {
     throw RendezvousError("rank " + std::to_string(w.rank) + " could not reach the rendezvous store at " +

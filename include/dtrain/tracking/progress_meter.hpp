@@ -46,6 +46,14 @@ class ProgressMeter {
   void set_epochs(std::int64_t n) { epochs_ = n; }
   /// The optimizer steps the line counts towards, when the loop stops before its epochs end.
   void set_total_steps(std::int64_t n) { total_steps_ = n; }
+  /// An epoch begins, `steps` optimizer steps having been taken before it (a resumed epoch's
+  /// trained batches not included).
+  void begin_epoch(std::int64_t steps) { epoch_first_step_ = steps; }
+  /// The loop ended the current epoch early (ctx.end_epoch()) at optimizer step `steps`: a
+  /// per-epoch step cap. The total counts every epoch left as long as this one.
+  void end_epoch_early(std::int64_t steps) {
+    if (steps > epoch_first_step_) capped_epoch_steps_ = steps - epoch_first_step_;
+  }
 
   /// After optimizer step number `steps` (counting a resumed run's) in `epoch` of `epoch_batches`
   /// batches: draws the line when one is due. Rates need two steps of this group.
@@ -64,8 +72,10 @@ class ProgressMeter {
     if (verbose()) progress_.note(line);
   }
 
-  /// The loop ended: the final count, then the line is closed.
-  void close(std::int64_t steps, std::int64_t epoch, std::int64_t epoch_batches) {
+  /// The loop ended: the final count, then the line is closed. A loop that `finished` (not cut
+  /// short by a stop) did all its work: its last line reads 100%, whatever the total was.
+  void close(std::int64_t steps, std::int64_t epoch, std::int64_t epoch_batches, bool finished) {
+    if (finished) total_steps_ = steps;
     if (enabled() && first_step_ != clock::time_point{} && steps > steps_at_first_) draw(steps, epoch, epoch_batches);
     progress_.close();
   }
@@ -76,7 +86,9 @@ class ProgressMeter {
     p.epoch = epoch;
     p.epochs = epochs_;
     p.step = steps;
-    p.total_steps = total_steps_ > 0 ? total_steps_ : epochs_ * epoch_batches;
+    if (total_steps_ > 0) p.total_steps = total_steps_;
+    else if (capped_epoch_steps_ > 0) p.total_steps = epoch_first_step_ + (epochs_ - epoch) * capped_epoch_steps_;
+    else p.total_steps = epochs_ * epoch_batches;
     const double elapsed = std::chrono::duration<double>(clock::now() - first_step_).count();
     if (elapsed > 0) {
       p.steps_per_s = static_cast<double>(steps - steps_at_first_) / elapsed;
@@ -90,6 +102,7 @@ class ProgressMeter {
   StepHistory history_;
   torch::Tensor last_loss_;
   std::int64_t epochs_ = 0, total_steps_ = 0, samples_ = 0, steps_at_first_ = 0, samples_at_first_ = 0;
+  std::int64_t epoch_first_step_ = 0, capped_epoch_steps_ = 0;  // a per-epoch step cap (end_epoch_early)
   clock::time_point first_step_{};
 };
 
