@@ -11,7 +11,7 @@ using Trainer = dtrain::Trainer<torch::nn::Sequential, dtrain::data::FashionMnis
                                 dtrain::sampler::distributed<>,  // seeded shuffle, re-drawn per epoch
                                 dtrain::strategy::ddp<>>;        // bucketed allreduce overlapped with backward
 
-int main() {
+int main() try {
   const auto data = dtrain::data::FashionMnist::load();  // before fit(): the driver loads it once
   Trainer trainer({.num_workers = 2}, {.storage_path = "dtrain_runs", .name = "quickstart"});
   auto result = trainer.fit([&](Trainer::context& ctx) {  // once per worker process
@@ -35,4 +35,7 @@ int main() {
   // Only the driver gets here.
   std::cout << "epochs: " << result.metrics_history.size()
             << ", final loss: " << result.metrics.at("loss").number() << '\n';
+} catch (const dtrain::Error& e) {  // bad input, a failed run, or a stop (Ctrl-C): says what to do
+  std::cerr << e.what() << '\n';
+  return 1;
 }
