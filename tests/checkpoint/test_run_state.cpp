@@ -1,0 +1,219 @@
+// SPDX-License-Identifier: Apache-2.0
+// A run's state on disk after what a fault campaign does to it (issue 30). Each test runs the
+// checkpoint scenarios program (a real driver with real workers over Gloo on loopback), does to
+// the run's files or processes what a fault would, and reads what the run leaves.
+
+#include "../dtrain_catch.hpp"
+#include "../run_command.hpp"
+#include "sandbox.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <dtrain/result.hpp>
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+using dtrain_test::field;
+using dtrain_test::reseal;
+using dtrain_test::Run;
+using dtrain_test::same_params;
+using dtrain_test::Sandbox;
+
+std::string text_of(const fs::path& p) {
+  std::ifstream in(p);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+json json_of(const fs::path& p) { return json::parse(text_of(p)); }
+
+}  // namespace
+
+// ---- item 5: state files with a valid checksum and wrong content ----
+
+namespace {
+
+// One edit of a checkpoint's JSON file: the value at `pointer` replaced (or removed, or the whole
+// file replaced by `raw`). `bad`: the checkpoint must then be reported damaged, naming `file` and
+// `key`, and passed over; otherwise it must still be resumed from.
+struct Mutation {
+  std::string file, pointer;
+  std::optional<json> value;  // nothing: remove the key
+  bool bad = true;
+  std::optional<std::string> raw;  // the whole file's text instead
+  std::string describe() const {
+    return file + (raw ? " := " + *raw : pointer + (value ? " = " + value->dump() : " removed"));
+  }
+  std::string key() const {
+    if (raw) return "";
+    auto k = pointer.substr(pointer.rfind('/') + 1);
+    return k.find_first_not_of("0123456789") == std::string::npos ? "" : k;
+  }
+};
+
+// The values no integer field may hold: other types, negatives, what overflows or loses precision.
+std::vector<json> bad_integers() {
+  return {json("5"), json(5.5), json::array(), json::object(), json(nullptr), json(true), json(-1),
+          json(std::int64_t{9223372036854775807}), json(std::int64_t{9007199254740993}), json(1e308),
+          json(std::uint64_t{18446744073709551615ull})};
+}
+
+void add_integer_field(std::vector<Mutation>& m, const std::string& file, const std::string& key) {
+  m.push_back({file, "/" + key, std::nullopt});
+  for (const auto& v : bad_integers()) m.push_back({file, "/" + key, v});
+}
+
+// Applies `m` to `ck`'s file, and re-seals the manifest over it (as a tool rewriting it would).
+void apply(const fs::path& ck, const Mutation& m) {
+  const auto path = ck / m.file;
+  if (m.raw) {
+    std::ofstream(path, std::ios::trunc) << *m.raw;
+  } else {
+    auto doc = json_of(path);
+    const json::json_pointer p(m.pointer);
+    if (m.value) doc[p] = *m.value;
+    else doc[p.parent_pointer()].erase(p.back());
+    std::ofstream(path, std::ios::trunc) << doc.dump();
+  }
+  if (m.file != "manifest.json") reseal(ck, m.file);
+}
+
+// Runs each mutation on a copy of a 10-step run (checkpoints at steps 5 and 10, the edit in the
+// second), continued to 15 steps: a bad edit must be named and passed over (resumed from the
+// first checkpoint, parameters bitwise equal to an uninterrupted run), a harmless one resumed from.
+void fuzz(const Sandbox& box, const std::vector<Mutation>& mutations, const std::string& tag) {
+  auto base = box.scenario("--name " + tag + "_base --steps 10 --every 5");
+  INFO(base.output);
+  REQUIRE(base.status == 0);
+  auto ref = box.scenario("--name " + tag + "_ref --steps 15 --every 5 --out " + tag + "_ref.pt");
+  REQUIRE(ref.status == 0);
+  std::vector<std::string> unnamed, accepted, refused, diverged;
+  for (std::size_t i = 0; i < mutations.size(); ++i) {
+    const auto& m = mutations[i];
+    const std::string name = tag + std::to_string(i);
+    fs::copy(box.run(tag + "_base"), box.run(name), fs::copy_options::recursive);
+    const auto ck = box.run(name) / "checkpoint_000002";
+    apply(ck, m);
+    auto r = box.scenario("--name " + name + " --steps 15 --every 5 --out " + name + ".pt");
+    const std::string what = m.describe() + "\n" + r.output;
+    const auto warned = r.output.find("checkpoint " + ck.string() + " is damaged (");
+    const std::string reason = warned == std::string::npos ? "" : r.output.substr(warned, r.output.find('\n', warned) - warned);
+    if (r.status != 0) {
+      unnamed.push_back(what);  // an error instead of a fallback
+      continue;
+    }
+    if (m.bad) {
+      if (warned == std::string::npos) accepted.push_back(what);
+      else if (reason.find(m.file) == std::string::npos || reason.find(m.key()) == std::string::npos) unnamed.push_back(what);
+      else if (r.output.find("RESUMED " + (box.run(name) / "checkpoint_000001").string() + " steps=5") == std::string::npos)
+        diverged.push_back(what);
+    } else if (r.output.find("RESUMED " + ck.string() + " steps=10") == std::string::npos) {
+      refused.push_back(what);
+    }
+    if (!same_params(box.file(tag + "_ref.pt"), box.file(name + ".pt"))) diverged.push_back("parameters differ: " + what);
+    fs::remove_all(box.run(name));
+  }
+  auto list = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += "\n---- " + x;
+    return s;
+  };
+  INFO(mutations.size() << " mutations");
+  INFO("errors or warnings that name no file and field:" << list(unnamed));
+  INFO("out-of-range values accepted silently:" << list(accepted));
+  INFO("harmless edits refused:" << list(refused));
+  INFO("not resumed from the older checkpoint, or other parameters:" << list(diverged));
+  CHECK(unnamed.size() == 0);
+  CHECK(accepted.size() == 0);
+  CHECK(refused.size() == 0);
+  CHECK(diverged.size() == 0);
+}
+
+}  // namespace
+
+TEST_CASE("state_json_fuzz_names_the_field_and_falls_back: state.json edited under a valid CRC") {
+  Sandbox box;
+  const std::string f = "state.json";
+  std::vector<Mutation> m;
+  for (const char* key : {"iteration", "epoch", "position", "steps", "world_size"}) add_integer_field(m, f, key);
+  // Values in range that disagree with the run: the directory's iteration, the rank files' sampler
+  // state, the manifest's world size.
+  m.push_back({f, "/iteration", json(0)});
+  m.push_back({f, "/iteration", json(3)});
+  m.push_back({f, "/epoch", json(1)});
+  m.push_back({f, "/position", json(7)});
+  m.push_back({f, "/world_size", json(1)});
+  m.push_back({f, "/world_size", json(3)});
+  for (const char* key : {"metrics", "extras"}) {
+    m.push_back({f, std::string("/") + key, std::nullopt});
+    for (const auto& v : {json::array(), json("x"), json(5), json(nullptr)}) m.push_back({f, std::string("/") + key, v});
+  }
+  for (const auto& v : {json::array({1}), json(true), json::object({{"a", 1}})}) m.push_back({f, "/metrics/loss", v});
+  m.push_back({f, "/extras/extra_steps", json::array()});
+  for (const char* raw : {"{", "[]", "", "{\"iteration\": 2}"}) m.push_back({f, "", std::nullopt, true, std::string(raw)});
+  // Harmless: another metric value, a key this version does not know.
+  m.push_back({f, "/metrics/loss", json(1.5), false});
+  m.push_back({f, "/note", json("copied by hand"), false});
+  m.push_back({f, "/extras/extra_steps", json(11), false});
+  fuzz(box, m, "state");
+}
+
+TEST_CASE("rank_json_fuzz_names_the_field_and_falls_back: rank_00001.json edited under a valid CRC") {
+  Sandbox box;
+  const std::string f = "rank_00001.json";
+  std::vector<Mutation> m;
+  for (const char* key : {"rank", "epoch", "position"}) add_integer_field(m, f, key);
+  for (const auto& v : bad_integers())
+    if (v != json(-1)) m.push_back({f, "/offset", v});
+  m.push_back({f, "/offset", json(-2)});
+  m.push_back({f, "/offset", json(100)});           // another rank's offset than rank 0's
+  m.push_back({f, "/offset", std::nullopt});        // rank 0 saved one
+  m.push_back({f, "/rank", json(0)});               // rank 1's file says rank 0
+  m.push_back({f, "/epoch", json(1)});              // another epoch than state.json's
+  m.push_back({f, "/position", json(3)});           // another position than state.json's
+  m.push_back({f, "/rng", std::nullopt});
+  for (const auto& v : {json(5), json(nullptr), json::array(), json("zz"), json("abc"), json("00"), json("")})
+    m.push_back({f, "/rng", v});
+  for (const auto& v : {json(5), json("zz"), json("abc")}) m.push_back({f, "/cuda_rng", v});
+  for (const char* raw : {"{", "[]", ""}) m.push_back({f, "", std::nullopt, true, std::string(raw)});
+  m.push_back({f, "/note", json("copied by hand"), false});
+  fuzz(box, m, "rank");
+}
+
+TEST_CASE("manifest_fuzz_names_the_field_and_falls_back: manifest.json edited") {
+  Sandbox box;
+  const std::string f = "manifest.json";
+  std::vector<Mutation> m;
+  m.push_back({f, "/format", std::nullopt});
+  for (const auto& v : {json(2), json(0), json("1"), json(1.5), json(nullptr)}) m.push_back({f, "/format", v});
+  m.push_back({f, "/iteration", std::nullopt});
+  for (const auto& v : {json(3), json("2"), json(2.5), json(-1)}) m.push_back({f, "/iteration", v});
+  m.push_back({f, "/world_size", std::nullopt});
+  for (const auto& v : {json(3), json(1), json(0), json("2"), json(2.5)}) m.push_back({f, "/world_size", v});
+  m.push_back({f, "/files", std::nullopt});
+  for (const auto& v : {json::object(), json("x"), json::array()}) m.push_back({f, "/files", v});
+  for (const char* key : {"name", "size", "crc32"}) m.push_back({f, std::string("/files/0/") + key, std::nullopt});
+  for (const auto& v : {json(5), json("../model.pt"), json("/etc/hostname"), json("")}) m.push_back({f, "/files/0/name", v});
+  for (const auto& v : {json(-1), json("9879"), json(1.5), json(std::uint64_t{18446744073709551615ull})})
+    m.push_back({f, "/files/0/size", v});
+  for (const auto& v : {json(-1), json(std::int64_t{4294967296}), json("x"), json(1.5)}) m.push_back({f, "/files/0/crc32", v});
+  for (const char* raw : {"{", "[]", ""}) m.push_back({f, "", std::nullopt, true, std::string(raw)});
+  m.push_back({f, "/note", json("copied by hand"), false});
+  fuzz(box, m, "manifest");
+}
