@@ -173,6 +173,7 @@ class Trainer {
   // "running"); a group the launcher restarted continues the first group's record.
   tracking::RunTracking<policies> start_tracking(const launch::WorkerIdentity& who) const {
     RunDirectory(run_.path()).create();
+    remove_unfinished_writes();  // before anything is written: a full disk may be full of them
     ScalingConfig launched = scaling_;
     launched.num_workers = who.world_size;  // the launcher's count, not the driver's setting
     launched.min_workers.reset();           // the launcher's range (torchrun --nnodes MIN:MAX) is its own
@@ -228,6 +229,13 @@ class Trainer {
     if constexpr (persists)
       if (auto ck = checkpointer::latest_valid(run_.path(), /*warn=*/false)) return ck->steps();
     return 0;
+  }
+
+  // Removes what writes cut short left in the run directory (only while no worker of this run
+  // writes: before a group starts, after it ended), saying so when there was any.
+  void remove_unfinished_writes() const {
+    if (const auto removed = RunDirectory(run_.path()).remove_unfinished_writes(); !removed.empty())
+      std::fprintf(stderr, "dtrain: removed what cut-short writes left in %s: %s\n", run_.path().c_str(), removed.c_str());
   }
 
   ScalingConfig scaling_;

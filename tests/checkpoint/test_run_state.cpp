@@ -43,7 +43,85 @@ std::string text_of(const fs::path& p) {
 
 json json_of(const fs::path& p) { return json::parse(text_of(p)); }
 
+// ---- item 4: a full disk ----
+
+// A tmpfs of `size` mounted at `where` for the test's life (needs root, as CI and the dev machines
+// have; without it the test says so and checks nothing).
+struct Tmpfs {
+  fs::path where;
+  bool mounted = false;
+  Tmpfs(fs::path at, const std::string& size) : where(std::move(at)) {
+    fs::create_directories(where);
+    mounted = dtrain_test::run_command("mount -t tmpfs -o size=" + size + " tmpfs '" + where.string() + "'").status == 0;
+  }
+  bool resize(const std::string& size) const {
+    return dtrain_test::run_command("mount -o remount,size=" + size + " '" + where.string() + "'").status == 0;
+  }
+  ~Tmpfs() {
+    if (mounted) (void)dtrain_test::run_command("umount -l '" + where.string() + "'");
+  }
+};
+
+// Writes `path` until the file system is full: what a write cut short by the disk leaves.
+void fill_up(const fs::path& path) {
+  fs::create_directories(path.parent_path());
+  std::ofstream out(path, std::ios::binary);
+  const std::string block(4096, 'x');
+  for (int i = 0; i < (1 << 20) && out.write(block.data(), block.size()); ++i) {
+  }
+}
+
+std::vector<std::string> leftovers(const fs::path& run) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(run))
+    if (e.path().filename().string().rfind(".tmp", 0) == 0 || e.path().extension() == ".tmp")
+      out.push_back(e.path().filename().string());
+  return out;
+}
+
 }  // namespace
+
+TEST_CASE("enospc_resume_needs_no_hand_cleanup: a checkpoint write that fills the disk is recorded, and the run "
+          "resumes once space is freed") {
+  Sandbox box;
+  auto ref = box.scenario("--name ref --steps 40 --every 5 --out ref.pt");
+  INFO(ref.output);
+  REQUIRE(ref.status == 0);
+  // About 80 KB a checkpoint: 400 KB hold the run's files and five of its eight checkpoints.
+  Tmpfs disk(box.file("small_disk"), "400k");
+  if (!disk.mounted) {
+    WARN("cannot mount a tmpfs here (not root?): the ENOSPC scenario was not run");
+    return;
+  }
+  const std::string args = "--storage '" + disk.where.string() + "' --name full --steps 40 --every 5 --out full.pt";
+  const auto run = disk.where / "full";
+
+  // 1. The disk fills within a checkpoint write: the run fails, and says so in outcome.json.
+  auto first = box.scenario(args);
+  INFO(first.output);
+  CHECK(first.status == 3);
+  CHECK_THAT(first.output, Catch::Contains("No space left on device"));
+  const auto failed = json_of(run / "outcome.json");
+  INFO(failed.dump(2));
+  CHECK(failed["status"] == "failed");
+  CHECK_THAT(failed["error"].is_string() ? failed["error"].get<std::string>() : "", Catch::Contains("No space left on device"));
+  CHECK(leftovers(run).empty());  // the unfinished write's space was given back
+
+  // 2. Space is freed (the volume grows), but a driver killed within a write left its temporary
+  //    directory, and it fills the disk again: the same command removes it before it writes
+  //    anything, resumes and finishes. No hand cleanup.
+  REQUIRE(disk.resize("4m"));
+  fill_up(run / ".tmp_checkpoint_000099" / "model.pt");
+  auto second = box.scenario(args);
+  INFO(second.output);
+  REQUIRE(second.status == 0);
+  CHECK_THAT(second.output, !Catch::Contains("params.json.tmp") &&
+                                Catch::Contains("RESUMED " + (run / "checkpoint_000005").string() + " steps=25"));
+  CHECK(same_params(box.file("ref.pt"), box.file("full.pt")));
+  CHECK(json_of(run / "outcome.json")["status"] == "finished");
+  CHECK(leftovers(run).empty());
+  CHECK(field(second.output, "rows") == "8");
+}
 
 // ---- item 5: state files with a valid checksum and wrong content ----
 

@@ -19,6 +19,9 @@ Result Trainer<Model, Dataset, Policies...>::drive(Loop& loop) {
       std::fprintf(stderr, "dtrain: a fresh start of %s: the earlier run was moved to %s\n", run_.path().c_str(),
                    old->c_str());
   RunDirectory(run_.path()).create();
+  // What a cut-short write left (a full disk, a killed driver) goes before anything is written:
+  // the disk may be full of it.
+  remove_unfinished_writes();
   const auto addr = launch::detail::env("MASTER_ADDR").value_or("127.0.0.1");
   const int port = launch::master_port(0);
   auto store = launch::host_store(addr, port, run_.rendezvous_timeout);
@@ -64,10 +67,14 @@ Result Trainer<Model, Dataset, Policies...>::drive(Loop& loop) {
     try {
       failure = run_group(loop, *store, n, attempt, fork_workers, variables);
     } catch (const std::exception& e) {  // the group could not be started or watched
+      remove_unfinished_writes();
       auto result = record.end("failed", restarts.count(), e.what());
       if (run_.failure.throw_on_failure) throw;
       return result;
     }
+    // Every worker has ended: what their writes left unfinished goes, and gives back its space
+    // (the outcome can then be recorded on a disk that a checkpoint filled).
+    remove_unfinished_writes();
     if (launch::stop_signals_received() > 0) return stop_run(record, restarts.count());
     if (!failure) {
       if (!store->check({launch::key(attempt, launch::regroup_key)})) break;
