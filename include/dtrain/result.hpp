@@ -241,7 +241,8 @@ struct Result {
   MetricsHistory metrics_history;
   /// storage_path / name: where this run's files are.
   std::filesystem::path path;
-  /// How many times the worker group was restarted after a failure.
+  /// How many times the worker group was restarted after a failure (a checkpoint that could not
+  /// be loaded included, which does not count against FailureConfig::max_failures).
   int restarts = 0;
   /// "finished", "failed" or "stopped" (outcome.json's status; "running" for a run read back
   /// with from_path while it still runs, or whose driver was killed).

@@ -132,7 +132,7 @@ class Trainer {
       launch::rendezvous(*store, who, run_.rendezvous_timeout);
       if (!who.store_on_driver && run_.start == Start::fresh)  // no driver of ours moved the old run aside
         launch::start_fresh_under_launcher(*store, who, run_.path(), run_.rendezvous_timeout);
-      if (!who.store_on_driver && who.rank == 0) tracked.emplace(start_tracking(who));
+      if (!who.store_on_driver && who.rank == 0) tracked.emplace(start_tracking(who, *store));
       context ctx(who, store, scaling_, run_);
       loop(ctx);
       ctx.finish();
@@ -171,14 +171,14 @@ class Trainer {
 
   // Rank 0 under a launcher: the run recorded as the driver records it (params.json, outcome.json
   // "running"); a group the launcher restarted continues the first group's record.
-  tracking::RunTracking<policies> start_tracking(const launch::WorkerIdentity& who) const {
+  tracking::RunTracking<policies> start_tracking(const launch::WorkerIdentity& who, c10d::Store& store) const {
     RunDirectory(run_.path()).create();
     remove_unfinished_writes();  // before anything is written: a full disk may be full of them
     ScalingConfig launched = scaling_;
     launched.num_workers = who.world_size;  // the launcher's count, not the driver's setting
     launched.min_workers.reset();           // the launcher's range (torchrun --nnodes MIN:MAX) is its own
     tracking::RunTracking<policies> t(launched, run_);
-    const auto step = latest_step();
+    const auto step = resume_step(store);
     if (who.attempt > 0) t.continue_run(who.attempt, step);
     // A group the launcher restarted with another count (torchrun --nnodes MIN:MAX) shrank or grew.
     const auto& groups = t.outcome()["groups"];
@@ -224,11 +224,21 @@ class Trainer {
   std::optional<std::string> run_group(Loop& loop, c10d::Store& store, int n, int attempt, bool fork_workers,
                                        Variables& variables);
 
-  // The steps of the run directory's latest valid checkpoint, where the next group resumes (0: none).
-  std::int64_t latest_step() const {
-    if constexpr (persists)
-      if (auto ck = checkpointer::latest_valid(run_.path(), /*warn=*/false)) return ck->steps();
-    return 0;
+  // Where the next group resumes: the iteration and steps of the run directory's latest valid
+  // checkpoint that no worker of this run found it could not load (nothing and 0: from the start).
+  std::optional<std::pair<std::int64_t, std::int64_t>> resume_point(c10d::Store& store) const {
+    if constexpr (persists) {
+      auto unloadable = [&](const std::filesystem::path& dir) {
+        return store.check({checkpointer::unloadable_key(dir)}) ? std::string("unloadable") : std::string();
+      };
+      if (auto ck = checkpointer::latest_valid(run_.path(), /*warn=*/false, unloadable))
+        return std::pair{ck->iteration(), ck->steps()};
+    }
+    return std::nullopt;
+  }
+  std::int64_t resume_step(c10d::Store& store) const {
+    const auto point = resume_point(store);
+    return point ? point->second : 0;
   }
 
   // Removes what writes cut short left in the run directory (only while no worker of this run

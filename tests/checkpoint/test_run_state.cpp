@@ -295,3 +295,67 @@ TEST_CASE("manifest_fuzz_names_the_field_and_falls_back: manifest.json edited") 
   m.push_back({f, "/note", json("copied by hand"), false});
   fuzz(box, m, "manifest");
 }
+
+// ---- item 6: outcome.json agrees with itself ----
+
+namespace {
+
+// outcome.json's counts agree: every group after the first but a grow-back is a restart, each
+// restart has its failure, and each failure's resumed step is its group's step.
+void check_consistent(const json& outcome) {
+  INFO(outcome.dump(2));
+  const auto& groups = outcome.at("groups");
+  const auto& failures = outcome.at("failures");
+  int restarted = 0;
+  std::vector<std::int64_t> restart_steps, resumed_steps;
+  for (std::size_t i = 1; i < groups.size(); ++i)
+    if (groups[i]["reason"] != "grow") {
+      ++restarted;
+      restart_steps.push_back(groups[i]["step"].get<std::int64_t>());
+    }
+  for (const auto& f : failures)
+    if (!f["resumed_step"].is_null()) resumed_steps.push_back(f["resumed_step"].get<std::int64_t>());
+  CHECK(outcome["restarts"] == restarted);
+  CHECK(resumed_steps == restart_steps);
+}
+
+}  // namespace
+
+TEST_CASE("outcome_agrees_with_itself_after_a_checkpoint_load_restart: restarts, failures and groups say the same") {
+  Sandbox box;
+  REQUIRE(box.scenario("--name other --steps 10 --every 5 --hidden 48").status == 0);
+  REQUIRE(box.scenario("--name mix --steps 10 --every 5").status == 0);
+  // The latest checkpoint holds another model's weights under a manifest that verifies: the group
+  // fails to load it and restarts from checkpoint 1 (step 5).
+  const auto ck = box.run("mix") / "checkpoint_000002";
+  fs::copy_file(box.run("other") / "checkpoint_000002" / "model.pt", ck / "model.pt", fs::copy_options::overwrite_existing);
+  reseal(ck, "model.pt");
+  auto r = box.scenario("--name mix --steps 20 --every 5");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("checkpoint_000001 steps=5"));
+  const auto outcome = json_of(box.run("mix") / "outcome.json");
+  INFO(outcome.dump(2));
+  CHECK(outcome["status"] == "finished");
+  CHECK(outcome["restarts"] == 1);
+  REQUIRE(outcome["failures"].size() == 1);
+  CHECK_THAT(outcome["failures"][0]["cause"].get<std::string>(), Catch::Contains("cannot be loaded into this run"));
+  CHECK(outcome["failures"][0]["resumed_step"] == 5);
+  CHECK(outcome["failures"][0]["resumed_iteration"] == 1);
+  CHECK(outcome["failures"][0]["counted"] == false);  // not against max_failures (0 here)
+  REQUIRE(outcome["groups"].size() == 2);
+  CHECK(outcome["groups"][1]["step"] == 5);
+  CHECK(outcome["groups"][1]["reason"] == "restart");
+  check_consistent(outcome);
+  // The Result says the same.
+  CHECK(field(r.output, "restarts") == "1");
+  CHECK_THAT(r.output, Catch::Contains("groups=2@10:start;2@5:restart;"));
+  const auto back = dtrain::Result::from_path(box.run("mix"));
+  CHECK(back.restarts == 1);
+
+  // A worker killed mid-run: the same agreement.
+  auto k = box.scenario("--name kill --steps 40 --every 5 --kill-step 23 --max-failures 1");
+  INFO(k.output);
+  REQUIRE(k.status == 0);
+  check_consistent(json_of(box.run("kill") / "outcome.json"));
+}

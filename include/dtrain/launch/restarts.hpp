@@ -61,8 +61,25 @@ class Restarts {
  public:
   explicit Restarts(const FailureConfig& config) : config_(config), backoff_(config.restart_backoff) {}
 
-  /// Failures so far (each one restarted, but for the last when it ended the run).
+  /// Failures so far that count against max_failures (each one restarted, but for the last when
+  /// it ended the run).
   int count() const { return static_cast<int>(failures_.size()); }
+
+  /// Groups started again so far: after each failure (but for the last when it ended the run:
+  /// subtract it) and after each checkpoint passed over (outcome.json's and Result's "restarts").
+  int restarted() const { return count() + passed_over_; }
+
+  /// Records group `attempt`'s end on a checkpoint that verified but could not be loaded into this
+  /// run (`cause`): the next group passes over it as over a damaged one and resumes from
+  /// `resumed`. A restart, recorded in `past` (outcome.json's "failures") with "counted": false:
+  /// it does not count against max_failures. Each one leaves one checkpoint fewer, so it ends.
+  void passed_over(nlohmann::json& past, const std::string& cause, int attempt,
+                   std::optional<std::pair<std::int64_t, std::int64_t>> resumed) {
+    ++passed_over_;
+    past.push_back({{"time", unix_now()}, {"attempt", attempt}, {"cause", cause},
+                    {"resumed_iteration", resumed ? resumed->first : 0},
+                    {"resumed_step", resumed ? resumed->second : 0}, {"counted", false}});
+  }
 
   /// Records group `attempt`'s failure in `past` (outcome.json's "failures"), to be resumed from
   /// `resumed` (the latest valid checkpoint's iteration and step; none: from the start). Returns
@@ -73,7 +90,7 @@ class Restarts {
     failures_.push_back(std::move(cause));
     nlohmann::json entry = {{"time", unix_now()}, {"attempt", attempt}, {"cause", failures_.back()},
                             {"resumed_iteration", resumed ? resumed->first : 0},
-                            {"resumed_step", resumed ? resumed->second : 0}};
+                            {"resumed_step", resumed ? resumed->second : 0}, {"counted", true}};
     // The same cause from the same checkpoint step as the failure before: no progress was made.
     same_ = !past.empty() &&
             failure_signature(past.back()["cause"].get<std::string>()) == failure_signature(failures_.back()) &&
@@ -118,7 +135,8 @@ class Restarts {
   FailureConfig config_;
   std::chrono::milliseconds backoff_;
   std::vector<std::string> failures_;
-  bool same_ = false;  // the last failure repeated the one before
+  int passed_over_ = 0;  // checkpoints passed over (groups restarted, not counted as failures)
+  bool same_ = false;    // the last failure repeated the one before
   int repeats_ = 0;    // consecutive failures with the same cause from the same checkpoint step
 };
 

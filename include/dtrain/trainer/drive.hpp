@@ -57,7 +57,7 @@ Result Trainer<Model, Dataset, Policies...>::drive(Loop& loop) {
   // The Tracker records the run: params and "running" now, the outcome when it ends.
   tracking::RunTracking<policies> record(scaling_, run_);
   record.start();
-  record.group_started(0, n, latest_step(), "start");
+  record.group_started(0, n, resume_step(*store), "start");
 
   // Each failure of a group, described; a new group (attempt + 1, fresh store keys) resumes from
   // the latest valid checkpoint while FailureConfig's rules allow (launch/restarts.hpp).
@@ -68,37 +68,40 @@ Result Trainer<Model, Dataset, Policies...>::drive(Loop& loop) {
       failure = run_group(loop, *store, n, attempt, fork_workers, variables);
     } catch (const std::exception& e) {  // the group could not be started or watched
       remove_unfinished_writes();
-      auto result = record.end("failed", restarts.count(), e.what());
+      auto result = record.end("failed", restarts.restarted(), e.what());
       if (run_.failure.throw_on_failure) throw;
       return result;
     }
     // Every worker has ended: what their writes left unfinished goes, and gives back its space
     // (the outcome can then be recorded on a disk that a checkpoint filled).
     remove_unfinished_writes();
-    if (launch::stop_signals_received() > 0) return stop_run(record, restarts.count());
+    if (launch::stop_signals_received() > 0) return stop_run(record, restarts.restarted());
     if (!failure) {
       if (!store->check({launch::key(attempt, launch::regroup_key)})) break;
       const auto why = sizes.after_regroup();
       std::fprintf(stderr, "dtrain: the group of %d workers grows back to %d from its latest checkpoint\n", n,
                    sizes.size());
       n = sizes.size();
-      record.group_started(attempt + 1, n, latest_step(), why);
+      record.group_started(attempt + 1, n, resume_step(*store), why);
       continue;
     }
-    // A checkpoint a worker could not load is passed over, as a damaged one is: not a failure of
-    // the training. Each time, one checkpoint fewer remains, so this ends.
-    if (store->check({launch::key(attempt, "checkpoint_unloadable")})) {
+    // A checkpoint a worker could not load is passed over, as a damaged one is: a restart, but
+    // not a failure of the training (max_failures). Each time, one checkpoint fewer remains.
+    const auto resumed = resume_point(*store);
+    const std::int64_t resumed_step = resumed ? resumed->second : 0;
+    if (const auto unloadable = launch::key(attempt, "checkpoint_unloadable"); store->check({unloadable})) {
       std::fprintf(stderr, "dtrain: %s; restarting the worker group from an older checkpoint\n", failure->c_str());
-      record.group_started(attempt + 1, n, latest_step(), "restart");
+      restarts.passed_over(record.outcome()["failures"],
+                           "checkpoint " + launch::to_string(store->get(unloadable)) +
+                               " cannot be loaded into this run and is passed over: " + *failure,
+                           attempt, resumed);
+      record.group_started(attempt + 1, n, resumed_step, "restart");
       continue;
     }
-    std::optional<std::pair<std::int64_t, std::int64_t>> resumed;
-    if constexpr (persists)
-      if (auto ck = checkpointer::latest_valid(run_.path(), /*warn=*/false)) resumed.emplace(ck->iteration(), ck->steps());
     const bool config_error = store->check({launch::key(attempt, "config_error")});
     if (auto fatal = restarts.failed(record.outcome()["failures"], std::move(*failure), attempt, resumed, config_error)) {
       try {
-        auto result = record.end("failed", restarts.count() - 1, *fatal, failed_rank_);
+        auto result = record.end("failed", restarts.restarted() - 1, *fatal, failed_rank_);
         if (!run_.failure.throw_on_failure) return result;
       } catch (const std::exception& e) {  // the training error matters more
         std::fprintf(stderr, "dtrain: warning: the tracker could not record the failure: %s\n", e.what());
@@ -106,7 +109,7 @@ Result Trainer<Model, Dataset, Policies...>::drive(Loop& loop) {
       throw WorkerError(*fatal);
     }
     // The same rank again with no newer checkpoint: that worker is lost, the next group is smaller.
-    const std::int64_t step = resumed ? resumed->second : 0;
+    const std::int64_t step = resumed_step;
     const auto why = sizes.after_failure(failed_rank_, step);
     if (why == "shrink")
       std::fprintf(stderr, "dtrain: rank %d ended the group again with no newer checkpoint: continuing with %d "
@@ -116,7 +119,7 @@ Result Trainer<Model, Dataset, Policies...>::drive(Loop& loop) {
     restarts.back_off();
   }
 
-  return record.end("finished", restarts.count(), "");
+  return record.end("finished", restarts.restarted(), "");
 }
 
 // Starts one group, waits for it; the description of its failure, or nothing when every rank
