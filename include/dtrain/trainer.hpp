@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -222,7 +223,7 @@ class Trainer {
   // ended with status 0. On the first abnormal end the rest are killed at once.
   template <class Loop, class Variables>
   std::optional<std::string> run_group(Loop& loop, c10d::Store& store, int n, int attempt, bool fork_workers,
-                                       Variables& variables);
+                                       Variables& variables, const std::function<void()>& beat);
 
   // Where the next group resumes: the iteration and steps of the run directory's latest valid
   // checkpoint that no worker of this run found it could not load (nothing and 0: from the start).

@@ -359,3 +359,99 @@ TEST_CASE("outcome_agrees_with_itself_after_a_checkpoint_load_restart: restarts,
   REQUIRE(k.status == 0);
   check_consistent(json_of(box.run("kill") / "outcome.json"));
 }
+
+// ---- item 7: a killed driver ----
+
+namespace {
+
+// The processes whose command line holds `tag`.
+std::vector<pid_t> tagged(const std::string& tag) {
+  std::vector<pid_t> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const auto name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    auto cmdline = text_of(e.path() / "cmdline");
+    for (auto& c : cmdline)
+      if (c == '\0') c = ' ';
+    if (cmdline.find(tag) != std::string::npos && cmdline.find("checkpoint_scenarios") != std::string::npos)
+      out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("killed_driver_reads_interrupted: a run whose driver was killed by SIGKILL is interrupted, not running") {
+  Sandbox box;
+  const auto run = box.run("killed");
+  const std::string tag = "killed_driver_" + std::to_string(getpid());
+  // A long run in the background: ( ... exec ... ) & makes $! the driver's own pid.
+  const std::string start = "( cd '" + box.dir.string() + "' && exec '" + SCENARIOS_BIN + "' --storage '" +
+                            box.storage().string() + "' --name killed --steps 100000000 --every 100 --keep 2 --tag " +
+                            tag + " > driver.log 2>&1 ) & echo $! > '" + box.file("driver.pid").string() + "'";
+  REQUIRE(std::system(start.c_str()) == 0);
+  const pid_t driver = static_cast<pid_t>(std::stol(text_of(box.file("driver.pid"))));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (dtrain::MetricsHistory::read_jsonl(run / "metrics.jsonl").size() < 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  INFO(text_of(box.file("driver.log")));
+  REQUIRE(dtrain::MetricsHistory::read_jsonl(run / "metrics.jsonl").size() >= 2);
+
+  // Alive: running, and outcome.json says who records it.
+  const auto live = dtrain::Result::from_path(run);
+  CHECK(live.status == "running");
+  CHECK_FALSE(live.error);
+  const auto outcome = json_of(run / "outcome.json");
+  INFO(outcome.dump(2));
+  CHECK(outcome["driver"]["pid"] == driver);
+  std::string boot = text_of("/proc/sys/kernel/random/boot_id");
+  boot.erase(boot.find_last_not_of("\n") + 1);
+  CHECK(outcome["driver"]["boot_id"] == boot);
+  CHECK(outcome["heartbeat_time"].get<double>() >= outcome["start_time"].get<double>());
+
+  REQUIRE(::kill(driver, SIGKILL) == 0);
+  // Its workers follow it (PR_SET_PDEATHSIG); none is left behind.
+  const auto gone_by = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  std::vector<pid_t> left;
+  while (!(left = tagged(tag)).empty() && std::chrono::steady_clock::now() < gone_by) {
+    // The killed driver may stay a zombie until its new parent reaps it: it counts as gone.
+    bool only_zombies = true;
+    for (const auto pid : left) {
+      const auto stat = text_of("/proc/" + std::to_string(pid) + "/stat");
+      const auto close = stat.rfind(')');
+      if (close == std::string::npos || stat.size() < close + 3 || stat[close + 2] != 'Z') only_zombies = false;
+    }
+    if (only_zombies) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (const auto pid : left) ::kill(pid, SIGKILL);
+
+  const auto dead = dtrain::Result::from_path(run);
+  CHECK(dead.status == "interrupted");
+  REQUIRE(dead.error);
+  CHECK(dead.error->status == "interrupted");
+  CHECK_THAT(dead.error->message, Catch::Contains("pid " + std::to_string(driver)) && Catch::Contains("again"));
+  CHECK(json_of(run / "outcome.json")["status"] == "running");  // reading changes nothing
+
+  // Read from another machine, only the heartbeat can tell: a recent one is running, an old one not.
+  const auto copy = box.file("elsewhere");
+  fs::create_directories(copy);
+  auto other = outcome;
+  other["driver"]["host"] = "another-host";
+  other["driver"]["boot_id"] = "another-boot";
+  other["heartbeat_time"] = dtrain::unix_now();
+  std::ofstream(copy / "outcome.json") << other.dump();
+  CHECK(dtrain::Result::from_path(copy).status == "running");
+  other["heartbeat_time"] = dtrain::unix_now() - 3600;
+  std::ofstream(copy / "outcome.json", std::ios::trunc) << other.dump();
+  CHECK(dtrain::Result::from_path(copy).status == "interrupted");
+
+  // Run again: it resumes from the latest checkpoint and finishes.
+  REQUIRE(dead.latest_checkpoint());
+  const auto steps = dead.latest_checkpoint()->steps();
+  auto again = box.scenario("--name killed --every 100 --keep 2 --steps " + std::to_string(steps + 10));
+  INFO(again.output);
+  REQUIRE(again.status == 0);
+  CHECK_THAT(again.output, Catch::Contains("RESUMED") && Catch::Contains("steps=" + std::to_string(steps)));
+  CHECK(dtrain::Result::from_path(run).status == "finished");
+}

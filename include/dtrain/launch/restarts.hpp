@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <regex>
 #include <string>
@@ -121,13 +122,18 @@ class Restarts {
 
   /// Says the last failure and sleeps before its restart: the backoff doubles while the failures
   /// make no progress (up to restart_backoff_max) and starts again from restart_backoff when they do.
-  void back_off() {
+  /// `beat` (the driver's heartbeat) is called at least once a second meanwhile.
+  void back_off(const std::function<void()>& beat = {}) {
     if (!same_) backoff_ = config_.restart_backoff;
     const int allowed = config_.max_failures;
     std::fprintf(stderr, "dtrain: %s; restarting the worker group in %.1f s (restart %d of %s)\n",
                  failures_.back().c_str(), backoff_.count() / 1000.0, count(),
                  allowed < 0 ? "unlimited" : std::to_string(allowed).c_str());
-    std::this_thread::sleep_for(backoff_);
+    const auto until = std::chrono::steady_clock::now() + backoff_;
+    for (auto now = std::chrono::steady_clock::now(); now < until; now = std::chrono::steady_clock::now()) {
+      if (beat) beat();
+      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(until - now, std::chrono::seconds(1)));
+    }
     backoff_ = std::min(backoff_ * 2, config_.restart_backoff_max);
   }
 

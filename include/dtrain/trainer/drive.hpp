@@ -2,7 +2,7 @@
 #pragma once
 // The driver's side of Trainer (trainer.hpp holds the class): each worker group started, watched,
 // stopped on a signal and restarted from the latest checkpoint while FailureConfig allows, and
-// the run recorded from start to end.
+// the run recorded from start to end, with the driver's heartbeat in outcome.json.
 
 #include <dtrain/trainer.hpp>
 
@@ -56,7 +56,9 @@ Result Trainer<Model, Dataset, Policies...>::drive(Loop& loop) {
   const bool fork_workers = scaling_.threads_per_worker == 1 && !policies::backend::uses_cuda;
   // The Tracker records the run: params and "running" now, the outcome when it ends.
   tracking::RunTracking<policies> record(scaling_, run_);
+  record.beat();  // the driver beats: outcome.json's heartbeat_time, renewed while the run goes on
   record.start();
+  const std::function<void()> beat = [&] { record.beat(); };
   record.group_started(0, n, resume_step(*store), "start");
 
   // Each failure of a group, described; a new group (attempt + 1, fresh store keys) resumes from
@@ -65,7 +67,7 @@ Result Trainer<Model, Dataset, Policies...>::drive(Loop& loop) {
   for (int attempt = 0;; ++attempt) {
     std::optional<std::string> failure;
     try {
-      failure = run_group(loop, *store, n, attempt, fork_workers, variables);
+      failure = run_group(loop, *store, n, attempt, fork_workers, variables, beat);
     } catch (const std::exception& e) {  // the group could not be started or watched
       remove_unfinished_writes();
       auto result = record.end("failed", restarts.restarted(), e.what());
@@ -116,7 +118,7 @@ Result Trainer<Model, Dataset, Policies...>::drive(Loop& loop) {
                    "workers (ScalingConfig::min_workers = %d)\n", failed_rank_, sizes.size(), scaling_.minimum_workers());
     n = sizes.size();
     record.group_started(attempt + 1, n, step, why);
-    restarts.back_off();
+    restarts.back_off(beat);
   }
 
   return record.end("finished", restarts.restarted(), "");
@@ -127,7 +129,8 @@ Result Trainer<Model, Dataset, Policies...>::drive(Loop& loop) {
 template <class Model, class Dataset, class... Policies>
 template <class Loop, class Variables>
 std::optional<std::string> Trainer<Model, Dataset, Policies...>::run_group(Loop& loop, c10d::Store& store, int n, int attempt,
-                                                                         bool fork_workers, Variables& variables) {
+                                                                         bool fork_workers, Variables& variables,
+                                                                         const std::function<void()>& beat) {
   launch::WorkerGroup group;
   std::optional<launch::BlasThreadsForWorkers> blas;
   if (fork_workers) blas.emplace(scaling_.threads_per_worker);
@@ -155,6 +158,7 @@ std::optional<std::string> Trainer<Model, Dataset, Policies...>::run_group(Loop&
   // Finds ranks that are alive but stuck, even when no rank waits for them (every rank stuck).
   launch::ProgressWatchdog watchdog(store, attempt, n, run_.failure.progress_timeout);
   while (group.running_count() > 0) {
+    beat();
     if (launch::stop_signals_received() > 0 && !stop_deadline) {  // ask the workers to stop
       stop_deadline = std::chrono::steady_clock::now() + run_.failure.stop_grace;
       std::fprintf(stderr, "dtrain: stopping the workers (up to %g s for the loop to stop and a checkpoint "
