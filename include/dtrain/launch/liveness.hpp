@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -75,7 +76,7 @@ struct ProcessIdentity {
     ProcessIdentity p;
     p.pid = static_cast<int>(::getpid());
     const auto fields = detail::stat_fields(p.pid);
-    if (fields.size() > 19) p.start_ticks = std::stoll(fields[19]);
+    if (fields.size() > 19) p.start_ticks = std::strtoll(fields[19].c_str(), nullptr, 10);
     char name[256] = {};
     if (::gethostname(name, sizeof name - 1) == 0) p.host = name;
     p.boot_id = detail::first_line("/proc/sys/kernel/random/boot_id");
