@@ -19,6 +19,7 @@
 #include <dtrain/checkpointer/retention.hpp>
 #include <dtrain/config.hpp>
 #include <dtrain/error.hpp>
+#include <dtrain/launch/liveness.hpp>
 #include <dtrain/metrics.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -173,7 +174,9 @@ using Checkpoint = checkpointer::Checkpoint;
 /// Why a run did not finish: Result::error, when FailureConfig::throw_on_failure is false.
 struct RunError {
   /// "failed" (a worker failed more often than max_failures allows, or the group could not be
-  /// started) or "stopped" (SIGINT or SIGTERM to the driver).
+  /// started), "stopped" (SIGINT or SIGTERM to the driver) or, read back by Result::from_path,
+  /// "interrupted" (the driver ended without recording the run's end: killed by SIGKILL, or lost
+  /// with its machine).
   std::string status = "failed";
   /// The whole message fit() would have thrown: the rank, how it ended, the first error.
   std::string message;
@@ -241,10 +244,12 @@ struct Result {
   MetricsHistory metrics_history;
   /// storage_path / name: where this run's files are.
   std::filesystem::path path;
-  /// How many times the worker group was restarted after a failure.
+  /// How many times the worker group was restarted after a failure (a checkpoint that could not
+  /// be loaded included, which does not count against FailureConfig::max_failures).
   int restarts = 0;
-  /// "finished", "failed" or "stopped" (outcome.json's status; "running" for a run read back
-  /// with from_path while it still runs, or whose driver was killed).
+  /// "finished", "failed" or "stopped" (outcome.json's status). Read back with from_path also
+  /// "running" while the run still runs, and "interrupted" when outcome.json says running but
+  /// its driver is gone (killed by SIGKILL, or lost with its machine: launch/liveness.hpp).
   std::string status = "finished";
   /// Why the run did not finish, when fit() was asked not to throw
   /// (FailureConfig::throw_on_failure = false) or the run was read back with from_path.
@@ -287,7 +292,7 @@ struct Result {
   }
 
   /// The Result of a run directory's files: what fit() returned when the run ended (finished,
-  /// failed or stopped), rebuilt from metrics.jsonl, outcome.json, params.json's checkpoint
+  /// failed or stopped; interrupted when its driver was killed), rebuilt from metrics.jsonl, outcome.json, params.json's checkpoint
   /// config, evaluations.json and the checkpoints. Throws Error when `run_dir` is not a run
   /// directory.
   static Result from_path(const std::filesystem::path& run_dir) {
@@ -305,7 +310,13 @@ struct Result {
       config.score_order = c.value("score_order", std::string("max")) == "min" ? ScoreOrder::min : ScoreOrder::max;
     }
     std::optional<RunError> error;
-    const auto status = outcome.value("status", std::string("running"));
+    auto status = outcome.value("status", std::string("running"));
+    // "running" stays on disk when the driver was killed: ask whether it still runs.
+    if (const auto gone = launch::driver_gone(outcome, unix_now())) {
+      status = "interrupted";
+      error = RunError{status, "run " + run_dir.string() + " was interrupted: " + *gone + ". Run it again (the same "
+                       "storage path and name) to resume from its latest checkpoint", -1};
+    }
     if (status == "failed" || status == "stopped") {
       const auto& e = outcome.value("error", nlohmann::json());
       const auto& r = outcome.value("error_rank", nlohmann::json());

@@ -5,6 +5,7 @@
 //   checkpoint_NNNNNN/   one per kept checkpoint (checkpointer/checkpoint.hpp has the layout);
 //                        NNNNNN is the report iteration, zero-padded
 //   .tmp_checkpoint_NNNNNN/  a checkpoint being written (renamed into place when complete)
+//   NAME.tmp           a file being written atomically (renamed to NAME when complete)
 //   checkpoint_stats.json    how long checkpoints held up training (the last group's)
 //   params.json        the run's parameters: policies, ScalingConfig, RunConfig, train_loop_config
 //   metrics.jsonl      one JSON object per report() of rank 0
@@ -122,7 +123,28 @@ class RunDirectory {
     return out;
   }
 
-  /// Removes what a write cut short left behind (.tmp_checkpoint_* directories).
+  /// Removes what writes cut short left behind (a full disk, a killed process): the
+  /// .tmp_checkpoint_* directories and the temporary files of atomic writes (NAME.tmp). Only while
+  /// nothing writes into the run: before a group starts or after it ended. Returns the names
+  /// removed, comma-separated ("" when none).
+  std::string remove_unfinished_writes() const {
+    std::vector<std::filesystem::path> found;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(root_, ec)) {
+      const auto name = e.path().filename().string();
+      if (name.rfind(temporary_prefix, 0) == 0 ||
+          (name.size() > 4 && std::string_view(name).ends_with(".tmp") && e.is_regular_file(ec)))
+        found.push_back(e.path());
+    }
+    std::string removed;
+    for (const auto& p : found) {
+      std::filesystem::remove_all(p, ec);
+      removed += (removed.empty() ? "" : ", ") + p.filename().string();
+    }
+    return removed;
+  }
+
+  /// Removes what a checkpoint write cut short left behind (.tmp_checkpoint_* directories).
   void remove_unfinished_checkpoints() const {
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(root_, ec))

@@ -66,7 +66,8 @@ inline dtrain::checkpointer::Snapshot snapshot_at(int rank, std::int64_t step) {
   }
   s.generator = dtrain::checkpointer::detail::default_generator_state();
   s.epoch = step / 10;
-  s.position = step % 10 + rank;  // every rank its own position
+  s.position = step % 10;  // a group steps in lockstep: every rank at the same position
+  s.offset = s.position * 8;
   s.steps = step;
   s.extras = {{"step_extra", step}};
   return s;
@@ -119,7 +120,10 @@ void check_persisting_checkpointer(const std::filesystem::path& storage) {
       CHECK(ck->world_size() == world);
       CHECK(ck->metrics().at("score").number() == 0.0);
       CHECK(ck->extras().at("step_extra").number() == 15.0);
-      for (int r = 0; r < world; ++r) CHECK(ck->sampler_state(r) == std::pair<std::int64_t, std::int64_t>{1, 5 + r});
+      for (int r = 0; r < world; ++r) {
+        CHECK(ck->sampler_state(r) == std::pair<std::int64_t, std::int64_t>{1, 5});
+        CHECK(ck->sample_offset(r) == 40);
+      }
       for (const auto& [it, path] : dir.checkpoints()) CHECK(dtrain::checkpointer::Checkpoint::verify(path).empty());
       for (const auto& e : std::filesystem::directory_iterator(dir.path()))
         CHECK(e.path().filename().string().rfind(".tmp", 0) != 0);

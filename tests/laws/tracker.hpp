@@ -3,11 +3,13 @@
 // Laws of the Tracker concept (policy/concepts.hpp), checked for one model.
 //
 // Called directly, as the driver calls it (check_calls):
-//   - start(run) and end(run) do not throw for a writable run directory, and end() does not throw
-//     without a start() before it (a driver that crashed in between);
+//   - start(run), heartbeat(run) (when the tracker has it) and end(run) do not throw for a
+//     writable run directory, and end() does not throw without a start() before it (a driver that
+//     crashed in between);
 //   - a tracker writes only inside the run directory, and leaves no temporary file behind;
 //   - what it writes of the run directory's own files (params.json, outcome.json) is what it was
-//     last given: after start() the outcome is "running", after end() the run's final outcome;
+//     last given: after start() the outcome is "running", after a heartbeat() the outcome with
+//     its heartbeat_time, after end() the run's final outcome;
 //   - nothing is written after end() returns: every file's contents and modification time are the
 //     same a while later (no background writer outlives end()).
 // Through a Trainer (check_driven): the driver calls start() once, before any worker reported,
@@ -84,6 +86,13 @@ void check_calls() {
                  {"restarts", 0}, {"failures", nlohmann::json::array()}, {"error", nullptr}};
   REQUIRE_NOTHROW(T::start(run));
   check_agrees(dir, run, true);
+  // The driver's heartbeat, for a tracker that has one: it writes what it was given.
+  if constexpr (requires { T::heartbeat(run); }) {
+    run.outcome["heartbeat_time"] = 1795311179.4;
+    run.outcome["heartbeat_interval_s"] = 10;
+    REQUIRE_NOTHROW(T::heartbeat(run));
+    check_agrees(dir, run, true);
+  }
   // The workers' reports, as rank 0 writes them.
   {
     std::ofstream jsonl(dir / "metrics.jsonl");

@@ -40,6 +40,7 @@
 
 #include <dtrain/checkpointer/files.hpp>
 #include <dtrain/checkpointer/optimizer_options.hpp>
+#include <dtrain/checkpointer/state_files.hpp>
 #include <dtrain/error.hpp>
 #include <dtrain/metrics.hpp>
 
@@ -69,82 +70,45 @@ class Checkpoint {
  public:
   Checkpoint() = default;
 
-  /// Opens the checkpoint at `dir` after verifying its manifest (every file's size and CRC-32);
-  /// nothing when it is damaged or incomplete, with the reason in `*why`.
-  /// `verify_files = false` skips the CRC-32s (for a checkpoint another rank verified just now).
+  /// Opens the checkpoint at `dir` after verifying its manifest (every file's size and CRC-32)
+  /// and every field of its JSON files (state_files.hpp: types, ranges, the files against each
+  /// other); nothing when it is damaged or incomplete, with the reason in `*why`, which names the
+  /// file and the field. `verify_files = false` skips the CRC-32s and the rank files (for a
+  /// checkpoint another rank verified just now).
   static std::optional<Checkpoint> open(const std::filesystem::path& dir, std::string* why = nullptr,
                                         bool verify_files = true) {
-    std::string reason = verify_files ? verify(dir)
-                         : std::filesystem::exists(dir / files::manifest) ? std::string()
-                                                                          : std::string("no manifest.json");
-    if (reason.empty()) {
-      try {
-        Checkpoint c;
-        c.path_ = dir;
-        const auto state = nlohmann::json::parse(detail::read_text(dir / files::state));
-        c.iteration_ = state.at("iteration").get<std::int64_t>();
-        c.epoch_ = state.at("epoch").get<std::int64_t>();
-        c.steps_ = state.at("steps").get<std::int64_t>();
-        c.world_size_ = state.at("world_size").get<int>();
-        c.metrics_ = state.at("metrics").get<Metrics>();
-        c.extras_ = state.at("extras").get<Metrics>();
-        // Values a resume would act on: an edited or foreign state.json is not resumed from.
-        reason = c.invalid_state(dir);
-        if (reason.empty()) return c;
-      } catch (const std::exception& e) {
-        reason = std::string(files::state) + " is unreadable (" + e.what() + ")";
-      }
+    std::string reason;
+    try {
+      const auto manifest = detail::read_manifest(dir);
+      if (verify_files) detail::verify_files(dir, manifest);
+      const auto state = detail::StateFile::read(dir);
+      std::vector<detail::RankFile> ranks;
+      if (verify_files)
+        for (int r = 0; r < state.world_size && r < manifest.world_size; ++r) ranks.push_back(detail::RankFile::read(dir, r));
+      detail::check_agreement(dir, manifest, state, ranks);
+      Checkpoint c;
+      c.path_ = dir;
+      c.iteration_ = state.iteration;
+      c.epoch_ = state.epoch;
+      c.steps_ = state.steps;
+      c.world_size_ = state.world_size;
+      c.metrics_ = state.metrics;
+      c.extras_ = state.extras;
+      return c;
+    } catch (const std::exception& e) {  // DamagedFile, or a file that cannot be read
+      reason = e.what();
     }
     if (why) *why = reason;
     return std::nullopt;
   }
 
-  /// Why state.json's values cannot be resumed from, or "": the iteration must be positive and
-  /// match a checkpoint_NNNNNN directory name (a copy under another name is taken at its word),
-  /// steps and epoch not negative, the world size at least 1.
-  std::string invalid_state(const std::filesystem::path& dir) const {
-    const std::string name = dir.filename().string(), prefix = "checkpoint_";
-    auto bad = [](const std::string& what) { return std::string(files::state) + ": " + what; };
-    if (iteration_ < 1) return bad("iteration " + std::to_string(iteration_) + " is not a report iteration (>= 1)");
-    if (name.rfind(prefix, 0) == 0 && name.size() > prefix.size() &&
-        name.find_first_not_of("0123456789", prefix.size()) == std::string::npos && name.size() - prefix.size() <= 18 &&
-        std::stoll(name.substr(prefix.size())) != iteration_)
-      return bad("iteration " + std::to_string(iteration_) + " does not match the directory name " + name);
-    if (steps_ < 0 || epoch_ < 0)
-      return bad("steps " + std::to_string(steps_) + " and epoch " + std::to_string(epoch_) + " must not be negative");
-    if (world_size_ < 1) return bad("world_size " + std::to_string(world_size_) + " is not a worker count (>= 1)");
-    return {};
-  }
-
-  /// Why the checkpoint at `dir` cannot be used, or "" when its manifest verifies.
+  /// Why the checkpoint at `dir` cannot be used, or "" when its manifest verifies (every field, and
+  /// every file's size and CRC-32). open() also checks the JSON files' fields.
   static std::string verify(const std::filesystem::path& dir) {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    if (!fs::is_directory(dir, ec)) return "not a directory";
-    if (!fs::exists(dir / files::manifest, ec)) return "no manifest.json (an incomplete write?)";
-    nlohmann::json manifest;
     try {
-      manifest = nlohmann::json::parse(detail::read_text(dir / files::manifest));
-      const int world = manifest.at("world_size").get<int>();
-      std::map<std::string, bool> listed;
-      for (const auto& f : manifest.at("files")) {
-        const auto name = f.at("name").get<std::string>();
-        listed[name] = true;
-        const auto p = dir / name;
-        if (!fs::exists(p, ec)) return name + " is missing";
-        const auto size = fs::file_size(p, ec);
-        if (ec || size != f.at("size").get<std::uint64_t>())
-          return name + " has " + std::to_string(size) + " bytes, the manifest says " +
-                 std::to_string(f.at("size").get<std::uint64_t>()) + " (truncated?)";
-        if (detail::crc32_of_file(p).first != f.at("crc32").get<std::uint32_t>())
-          return name + " fails its CRC-32 check (corrupted)";
-      }
-      for (const std::string need : {files::model, files::optimizer, files::state})
-        if (!listed.count(need)) return "the manifest lists no " + need;
-      for (int r = 0; r < world; ++r)
-        if (!listed.count(files::rank(r))) return "the manifest lists no " + files::rank(r);
+      detail::verify_files(dir, detail::read_manifest(dir));
     } catch (const std::exception& e) {
-      return std::string("manifest.json is unreadable (") + e.what() + ")";
+      return e.what();
     }
     return {};
   }
@@ -257,8 +221,7 @@ class Checkpoint {
   /// group without that rank.
   void restore_generator(int rank) const {
     if (rank < 0 || rank >= world_size_) return;
-    const auto j = nlohmann::json::parse(detail::read_text(path_ / files::rank(rank)));
-    auto bytes = detail::from_hex(j.at("rng").get<std::string>());
+    auto bytes = detail::from_hex(rank_file(rank).rng);
     auto t = torch::empty({static_cast<std::int64_t>(bytes.size())}, torch::kUInt8);
     std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
     detail::set_default_generator_state(t);
@@ -267,16 +230,15 @@ class Checkpoint {
   /// The per-rank state (sampler epoch and position) `rank` saved, when it is there.
   std::optional<std::pair<std::int64_t, std::int64_t>> sampler_state(int rank) const {
     if (rank < 0 || rank >= world_size_) return std::nullopt;
-    const auto j = nlohmann::json::parse(detail::read_text(path_ / files::rank(rank)));
-    return std::pair{j.at("epoch").get<std::int64_t>(), j.at("position").get<std::int64_t>()};
+    const auto r = rank_file(rank);
+    return std::pair{r.epoch, r.position};
   }
 
   /// The epoch's global sample offset `rank` saved (the samples of the epoch all ranks together
   /// had trained), when it is there and known.
   std::optional<std::int64_t> sample_offset(int rank) const {
     if (rank < 0 || rank >= world_size_) return std::nullopt;
-    const auto j = nlohmann::json::parse(detail::read_text(path_ / files::rank(rank)));
-    const auto offset = j.value("offset", std::int64_t{-1});
+    const auto offset = rank_file(rank).offset;
     return offset >= 0 ? std::optional<std::int64_t>(offset) : std::nullopt;
   }
 
@@ -337,9 +299,9 @@ class Checkpoint {
   /// Rank `rank`'s CUDA generator on `device`, when the checkpoint saved one for that rank.
   void restore_device_generator(int rank, torch::Device device) const {
     if (rank < 0 || rank >= world_size_ || !device.is_cuda()) return;
-    const auto j = nlohmann::json::parse(detail::read_text(path_ / files::rank(rank)));
-    if (!j.contains("cuda_rng")) return;
-    auto bytes = detail::from_hex(j.at("cuda_rng").get<std::string>());
+    const auto cuda_rng = rank_file(rank).cuda_rng;
+    if (cuda_rng.empty()) return;
+    auto bytes = detail::from_hex(cuda_rng);
     auto t = torch::empty({static_cast<std::int64_t>(bytes.size())}, torch::kUInt8);
     std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
     detail::set_device_generator_state(device, t);
@@ -351,6 +313,18 @@ class Checkpoint {
   void mark_for_worker() { in_worker_ = true; }
 
  private:
+  // Rank `rank`'s file, every field checked (open() checked it when the run chose this
+  // checkpoint; an error here names the file that changed since).
+  detail::RankFile rank_file(int rank) const {
+    try {
+      return detail::RankFile::read(path_, rank);
+    } catch (const detail::DamagedFile& e) {
+      throw Error("checkpoint " + path_.string() + ": " + e.what() +
+                  "; it changed after the checkpoint was verified. Resume from another checkpoint "
+                  "(RunConfig::resume_from) or restore the file");
+    }
+  }
+
   // Whether the optimizer state was saved sharded (per rank); ConfigError when that is not
   // `sharded`, what the loading optimizer is over: the two do not convert.
   // optimizer.pt's marker says so too when rank 0's file is missing.

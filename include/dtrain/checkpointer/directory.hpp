@@ -68,9 +68,11 @@ class directory_state {
       : group_(group), config_(run.checkpoint), dir_(run.path()) {
     const auto chosen = group_.decide("checkpoint/resume", [&] { return choose(run); });
     if (chosen.empty()) return;
-    resumed_ = Checkpoint::open(chosen, nullptr, /*verify_files=*/false);  // rank 0 verified it
+    std::string why;
+    resumed_ = Checkpoint::open(chosen, &why, /*verify_files=*/false);  // rank 0 verified it
     if (!resumed_)
-      throw Error(chosen + ": the checkpoint rank 0 chose cannot be opened on rank " + std::to_string(group_.rank()));
+      throw Error(chosen + ": the checkpoint rank 0 chose cannot be opened on rank " + std::to_string(group_.rank()) +
+                  " (" + why + "); does every rank see the same storage path?");
   }
 
   ~directory_state() {

@@ -30,7 +30,10 @@ DTRAIN_NAMESPACE_BEGIN
 ///   checkpoint i, whose epoch, position, steps, metrics and extras are s's and m;
 /// - atomic: a checkpoint directory is complete (its manifest verifies) or absent;
 /// - retention never removes the latest checkpoint nor the best one by RunConfig::checkpoint;
-/// - every rank's resumed() names the same checkpoint.
+/// - every rank's resumed() names the same checkpoint;
+/// - a checkpoint whose state a resume cannot act on (a field of another type, out of range, or
+///   disagreeing with another file: checkpointer/state_files.hpp) is passed over as damaged. The
+///   ranks of one save are at one epoch, position and sample offset (a group steps in lockstep).
 ///
 /// Models: checkpointer::directory<Async>, checkpointer::none.
 template <class C>

@@ -18,6 +18,10 @@ DTRAIN_NAMESPACE_BEGIN
 /// in rank 0's worker after each report's row is appended to metrics.jsonl (the record holds the
 /// run's path and outcome.json as start() wrote it; no history). tracker::mlflow<> appends the
 /// row's metric lines there (live curves). Without it, nothing happens per report.
+/// `static void heartbeat(const tracking::RunRecord&)`, called by the driver about every
+/// launch::driver_heartbeat_interval while the run goes on, with outcome.json's heartbeat_time
+/// renewed: tracker::directory rewrites outcome.json, so that a reader on another machine can tell
+/// a live run from one whose driver was killed (launch/liveness.hpp). Its errors are ignored.
 ///
 /// Laws (checked by tests/laws/tracker.hpp for every model):
 /// - neither throws for a run directory that is writable;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <regex>
 #include <string>
@@ -61,8 +62,25 @@ class Restarts {
  public:
   explicit Restarts(const FailureConfig& config) : config_(config), backoff_(config.restart_backoff) {}
 
-  /// Failures so far (each one restarted, but for the last when it ended the run).
+  /// Failures so far that count against max_failures (each one restarted, but for the last when
+  /// it ended the run).
   int count() const { return static_cast<int>(failures_.size()); }
+
+  /// Groups started again so far: after each failure (but for the last when it ended the run:
+  /// subtract it) and after each checkpoint passed over (outcome.json's and Result's "restarts").
+  int restarted() const { return count() + passed_over_; }
+
+  /// Records group `attempt`'s end on a checkpoint that verified but could not be loaded into this
+  /// run (`cause`): the next group passes over it as over a damaged one and resumes from
+  /// `resumed`. A restart, recorded in `past` (outcome.json's "failures") with "counted": false:
+  /// it does not count against max_failures. Each one leaves one checkpoint fewer, so it ends.
+  void passed_over(nlohmann::json& past, const std::string& cause, int attempt,
+                   std::optional<std::pair<std::int64_t, std::int64_t>> resumed) {
+    ++passed_over_;
+    past.push_back({{"time", unix_now()}, {"attempt", attempt}, {"cause", cause},
+                    {"resumed_iteration", resumed ? resumed->first : 0},
+                    {"resumed_step", resumed ? resumed->second : 0}, {"counted", false}});
+  }
 
   /// Records group `attempt`'s failure in `past` (outcome.json's "failures"), to be resumed from
   /// `resumed` (the latest valid checkpoint's iteration and step; none: from the start). Returns
@@ -73,7 +91,7 @@ class Restarts {
     failures_.push_back(std::move(cause));
     nlohmann::json entry = {{"time", unix_now()}, {"attempt", attempt}, {"cause", failures_.back()},
                             {"resumed_iteration", resumed ? resumed->first : 0},
-                            {"resumed_step", resumed ? resumed->second : 0}};
+                            {"resumed_step", resumed ? resumed->second : 0}, {"counted", true}};
     // The same cause from the same checkpoint step as the failure before: no progress was made.
     same_ = !past.empty() &&
             failure_signature(past.back()["cause"].get<std::string>()) == failure_signature(failures_.back()) &&
@@ -104,13 +122,18 @@ class Restarts {
 
   /// Says the last failure and sleeps before its restart: the backoff doubles while the failures
   /// make no progress (up to restart_backoff_max) and starts again from restart_backoff when they do.
-  void back_off() {
+  /// `beat` (the driver's heartbeat) is called at least once a second meanwhile.
+  void back_off(const std::function<void()>& beat = {}) {
     if (!same_) backoff_ = config_.restart_backoff;
     const int allowed = config_.max_failures;
     std::fprintf(stderr, "dtrain: %s; restarting the worker group in %.1f s (restart %d of %s)\n",
                  failures_.back().c_str(), backoff_.count() / 1000.0, count(),
                  allowed < 0 ? "unlimited" : std::to_string(allowed).c_str());
-    std::this_thread::sleep_for(backoff_);
+    const auto until = std::chrono::steady_clock::now() + backoff_;
+    for (auto now = std::chrono::steady_clock::now(); now < until; now = std::chrono::steady_clock::now()) {
+      if (beat) beat();
+      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(until - now, std::chrono::seconds(1)));
+    }
     backoff_ = std::min(backoff_ * 2, config_.restart_backoff_max);
   }
 
@@ -118,7 +141,8 @@ class Restarts {
   FailureConfig config_;
   std::chrono::milliseconds backoff_;
   std::vector<std::string> failures_;
-  bool same_ = false;  // the last failure repeated the one before
+  int passed_over_ = 0;  // checkpoints passed over (groups restarted, not counted as failures)
+  bool same_ = false;    // the last failure repeated the one before
   int repeats_ = 0;    // consecutive failures with the same cause from the same checkpoint step
 };
 

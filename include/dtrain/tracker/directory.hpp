@@ -22,6 +22,9 @@ struct directory {
     tracking::write_json(run.directory().outcome(), run.outcome);
   }
 
+  /// The driver's heartbeat while the run goes on: outcome.json again, with its heartbeat_time.
+  static void heartbeat(const tracking::RunRecord& run) { tracking::write_json(run.directory().outcome(), run.outcome); }
+
   static void end(const tracking::RunRecord& run) {
     tracking::write_json(run.directory().outcome(), run.outcome);
     if (!run.checkpoints.empty()) tracking::write_json(run.directory().checkpoint_index(), run.checkpoints);

@@ -204,6 +204,9 @@ struct mlflow {
     }
   }
 
+  /// The driver's heartbeat: outcome.json's (tracker::directory's).
+  static void heartbeat(const tracking::RunRecord& run) { directory::heartbeat(run); }
+
   static void end(const tracking::RunRecord& run) {
     directory::end(run);
     namespace md = mlflow_detail;

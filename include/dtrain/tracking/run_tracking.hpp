@@ -5,6 +5,7 @@
 // launched run leaves the same files (params.json, outcome.json, checkpoints.json, report.html,
 // the MLflow store) as one run by dtrain's own driver.
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <utility>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include <dtrain/config.hpp>
+#include <dtrain/launch/liveness.hpp>
 #include <dtrain/metrics.hpp>
 #include <dtrain/result.hpp>
 #include <dtrain/run_directory.hpp>
@@ -30,10 +32,15 @@ class RunTracking {
   RunTracking(const ScalingConfig& scaling, const RunConfig& run) : run_(run) {
     record_.path = run.path();
     record_.params = params_json<Policies>(scaling, run);
-    record_.outcome = {{"format", format_version}, {"status", "running"}, {"start_time", unix_now()},
+    const double now = unix_now();
+    record_.outcome = {{"format", format_version}, {"status", "running"}, {"start_time", now},
                        {"end_time", nullptr}, {"restarts", 0}, {"failures", nlohmann::json::array()},
                        {"groups", nlohmann::json::array()},
-                       {"error", nullptr}};
+                       {"error", nullptr},
+                       // Who records the run, so that a reader can tell a live run from one whose
+                       // driver was killed (launch/liveness.hpp); heartbeats once beat() is called.
+                       {"driver", launch::ProcessIdentity::self().to_json()},
+                       {"heartbeat_time", now}, {"heartbeat_interval_s", nullptr}};
   }
 
   /// A launched group restarted by its launcher (torchrun's `--max_restarts`): the same run, so
@@ -64,6 +71,27 @@ class RunTracking {
 
   /// The Tracker's start: params.json and outcome.json "running" (and MLflow's run).
   void start() { Policies::tracker::start(record_); }
+
+  /// The driver's heartbeat: outcome.json's heartbeat_time, rewritten through the Tracker's
+  /// heartbeat (when it has one) at most every launch::driver_heartbeat_interval. Call it often;
+  /// the first call, before start(), only says that the driver beats. Never throws: a write that
+  /// fails (a full disk) is tried again at the next beat.
+  void beat() {
+    const auto now = std::chrono::steady_clock::now();
+    if (beating_ && now - last_beat_ < launch::driver_heartbeat_interval) return;
+    const bool first = !beating_;
+    beating_ = true;
+    last_beat_ = now;
+    record_.outcome["heartbeat_time"] = unix_now();
+    record_.outcome["heartbeat_interval_s"] = launch::driver_heartbeat_interval.count();
+    if (first) return;
+    if constexpr (requires { Policies::tracker::heartbeat(record_); }) {
+      try {
+        Policies::tracker::heartbeat(record_);
+      } catch (const std::exception&) {  // the next beat tries again; the run goes on
+      }
+    }
+  }
 
   nlohmann::json& outcome() { return record_.outcome; }
 
@@ -98,6 +126,8 @@ class RunTracking {
  private:
   RunConfig run_;
   RunRecord record_;
+  bool beating_ = false;
+  std::chrono::steady_clock::time_point last_beat_{};
 };
 
 }  // namespace tracking
