@@ -26,7 +26,7 @@ LAYERS = [
                                             "concept/strategy.hpp", "concept/precision.hpp"]),
     ("tracking", ["tracking/", "tracker/", "result.hpp", "concept/tracker.hpp"]),
     ("context", ["context.hpp", "context/", "policy/concepts.hpp", "policy/resolve.hpp"]),
-    ("trainer", ["trainer.hpp"]),
+    ("trainer", ["trainer.hpp", "trainer/"]),
     ("umbrella", ["dtrain.hpp"]),
 ]
 
