@@ -2,11 +2,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """SIGINT to an example's driver stops its training at the next step (issue 30).
 
-    test_example_stop.py RUN_DIR [--every N] [--checkpoints] -- COMMAND...
+    test_example_stop.py RUN_DIR [--every N] [--checkpoints] [--delay-max S] -- COMMAND...
 
 Starts COMMAND (an example program with a long run: many epochs) in its own working directory,
 waits until rank 0's steps.jsonl in RUN_DIR shows training under way, sends SIGINT to the driver at
-a random point, and checks: the training stopped within 2 s of the next step (the last step's time
+a random point up to --delay-max seconds later (default 1; 0 for a run that may end within a
+second on an idle machine, as the quickstart's two epochs do), and checks: the training stopped within 2 s of the next step (the last step's time
 is estimated from steps.jsonl's time stamps, a row every N optimizer steps, and the step count of
 the last report in metrics.jsonl); the driver exited within 30 s; outcome.json says "stopped" and
 names SIGINT, and so does the driver's output; with --checkpoints, the latest checkpoint is the
@@ -51,6 +52,7 @@ ap.add_argument("run_dir")
 ap.add_argument("--every", type=int, default=10, help="steps.jsonl's row interval (ProgressConfig::record_every)")
 ap.add_argument("--checkpoints", action="store_true", help="the example saves a checkpoint at each epoch's end")
 ap.add_argument("--cwd", default=None)
+ap.add_argument("--delay-max", type=float, default=1.0, help="the signal comes up to this many seconds after training shows")
 split = sys.argv.index("--") if "--" in sys.argv else len(sys.argv)
 a = ap.parse_args(sys.argv[1:split])
 command = sys.argv[split + 1:]
@@ -73,7 +75,7 @@ if not check(running, "the example trains (steps.jsonl grows) and is still runni
     out = proc.communicate(timeout=600)[0] if not running else ""
     print(out[-3000:])
     sys.exit(1)
-time.sleep(rng.uniform(0.0, 1.0))
+time.sleep(rng.uniform(0.0, a.delay_max))
 sent = time.time()
 proc.send_signal(signal.SIGINT)
 try:
