@@ -350,7 +350,6 @@ def main():
                                samples=60000 if cnn else max(4096, 4 * args.tf_batch * args.workers))
         fused = argparse.Namespace(**{**vars(a), "variant": "fused"})
         ours, theirs, theirs_fused = [], [], []
-        load = {"before": os.getloadavg()}
 
         def measured(side, run, x):
             with idle.Run() as r:
@@ -363,10 +362,9 @@ def main():
             if args.workers == 1:
                 measured(theirs_fused, run_torch, fused)
             measured(ours, run_dtrain, a)
-        load["after"] = os.getloadavg()
         flops = flops_per_sample(a, model)
         row = {"model": model, "precision": precision, "batch_per_gpu": a.batch, "steps": a.steps,
-               "flops_per_sample": flops, "loadavg": load}
+               "flops_per_sample": flops}
         for side, runs in (("dtrain", ours), ("torch", theirs), ("torch_fused", theirs_fused)):
             if not runs:
                 continue
