@@ -21,6 +21,9 @@
 // recall and F1 are printed. The run directory holds params.json, metrics.{jsonl,csv},
 // checkpoints.json, evaluations.json, outcome.json, report.html and mlruns/ (tracker::mlflow<>).
 // Rank 0 shows a progress line on stderr; --quiet hides it, --verbose adds a line per report.
+// The model describes itself (FashionMnistNet's Config): serving builds it from the checkpoint
+// alone. --predictions DIR scores the test set with the best checkpoint by batch inference on 2
+// workers (--predict-workers N; evaluation::batch_predict), writing DIR/predictions.csv.
 
 #include <dtrain/dtrain.hpp>
 
@@ -48,9 +51,9 @@ struct Options {
   std::int64_t global_batch = 128, epochs = 1;
   std::optional<std::int64_t> max_steps;
   std::string data_dir = dtrain::data::FashionMnist::default_directory;
-  std::string storage_path = "dtrain_runs", name = "fashion_mnist";
+  std::string storage_path = "dtrain_runs", name = "fashion_mnist", predictions;
   std::uint64_t seed = 0;
-  int max_failures = 0, keep = 2;
+  int max_failures = 0, keep = 2, predict_workers = 2;
   std::int64_t report_every = 0, record_every = 10;
   bool fresh = false, deterministic = false;
   std::string strategy = "ddp";
@@ -64,7 +67,7 @@ constexpr const char* usage =
     "                     [--max-failures N] [--keep-checkpoints N] [--fresh | --resume]\n"
     "                     [--deterministic]\n"
     "                     [--strategy ddp|fsdp] [--report-every STEPS] [--record-every STEPS]\n"
-    "                     [--quiet | --verbose]\n";
+    "                     [--quiet | --verbose] [--predictions DIR [--predict-workers N]]\n";
 
 [[noreturn]] void usage_error(const std::string& why) {
   std::cerr << "fashion_mnist: " << why << "\n" << usage;
@@ -132,6 +135,8 @@ Options parse(int argc, char** argv) {
     }
     else if (flag == "--report-every") o.report_every = integer(0, int64_max);
     else if (flag == "--record-every") o.record_every = integer(0, int64_max);
+    else if (flag == "--predictions") o.predictions = value;
+    else if (flag == "--predict-workers") o.predict_workers = static_cast<int>(integer(1, 4096));
     else usage_error("unknown flag " + flag);
   }
   if (o.global_batch % o.workers != 0)
@@ -141,12 +146,12 @@ Options parse(int argc, char** argv) {
 }
 
 template <class Strategy>
-using TrainerWith = dtrain::Trainer<torch::nn::Sequential, dtrain::data::FashionMnist,
+using TrainerWith = dtrain::Trainer<FashionMnistNet, dtrain::data::FashionMnist,
                                     dtrain::backend::gloo, dtrain::sampler::distributed<>,
                                     dtrain::checkpointer::directory<>, Strategy, dtrain::tracker::mlflow<>>;
 using Trainer = TrainerWith<dtrain::strategy::ddp<>>;
 using FsdpTrainer = TrainerWith<dtrain::strategy::fsdp<>>;
-using Predictor = dtrain::evaluation::Predictor<torch::nn::Sequential>;
+using Predictor = dtrain::evaluation::Predictor<FashionMnistNet>;
 
 }  // namespace
 
@@ -172,7 +177,7 @@ int main(int argc, char** argv) try {
   // (fsdp<>: this rank's shards) and the model is called through ctx.forward.
   auto loop = [&](auto& ctx) {
     torch::manual_seed(opt.seed);
-    auto model = ctx.prepare_model(make_fashion_mnist_model(opt.model));
+    auto model = ctx.prepare_model(FashionMnistNet(FashionMnistConfig{opt.model}));
     torch::optim::Adam adam(ctx.parameters(model), torch::optim::AdamOptions(1e-3));
     const auto& train = data.train();
 
@@ -256,7 +261,8 @@ int main(int argc, char** argv) try {
     // order, the confusion matrix summed over the ranks.
     if (auto best = ctx.best_checkpoint()) {
       const auto eval_start = std::chrono::steady_clock::now();
-      auto predictor = Predictor::from_checkpoint(*best, make_fashion_mnist_model(opt.model), class_names);
+      // The model as the checkpoint says it was built: no sizes here.
+      auto predictor = Predictor::from_checkpoint(*best, dtrain::checkpointer::build_model<FashionMnistNet>(*best), class_names);
       dtrain::evaluation::ConfusionMatrix cm(10);
       const auto predictions = predictor.predict(ctx, data.test(), 128 * ctx.world_size(), &cm);
       ctx.record_evaluation("best_checkpoint_test", cm, class_names, best->path().string(),
@@ -282,7 +288,7 @@ int main(int argc, char** argv) try {
                 e.at("recall_macro").number(), e.at("recall_weighted").number(), e.at("f1_macro").number(),
                 e.at("f1_weighted").number());
     // Batch prediction in this process: the best checkpoint's answer for the first test images.
-    auto predictor = Predictor::best(result.path, run.checkpoint, make_fashion_mnist_model(opt.model), class_names);
+    auto predictor = Predictor::best(result.path, run.checkpoint, class_names);
     const auto first = data.test().get_batch(torch::arange(3));
     const auto p = predictor.predict(first.data);
     for (std::int64_t i = 0; i < p.size(); ++i)
@@ -323,6 +329,22 @@ int main(int argc, char** argv) try {
     line["checkpoints_written"] = st->written;
   }
   if (opt.max_steps) line["max_steps"] = *opt.max_steps;
+  // Batch inference: the best checkpoint over the test set on 2 workers, one predictions file.
+  if (!opt.predictions.empty() && result.best_checkpoint()) {
+    dtrain::RunConfig scoring{.storage_path = opt.storage_path, .name = opt.name + "_predictions"};
+    scoring.progress.verbosity = opt.verbosity;
+    const double t0 = dtrain::unix_now();
+    const auto out = dtrain::evaluation::batch_predict<FashionMnistNet>(
+        result.best_checkpoint()->path(), data.test(),
+        {.output = opt.predictions, .class_names = class_names, .start = dtrain::Start::fresh},
+        {.num_workers = opt.predict_workers}, scoring);
+    const double seconds = dtrain::unix_now() - t0;  // the whole job: workers started, scored, joined
+    line["predictions"] = out.file.string();
+    line["predictions_samples"] = out.samples;
+    line["predict_workers"] = opt.predict_workers;
+    line["predictions_s"] = round(seconds, 3);
+    line["predictions_samples_per_s"] = round(static_cast<double>(out.samples) / seconds, 1);
+  }
   if (eval) {
     for (const char* k : {"accuracy", "precision_macro", "recall_macro", "f1_macro", "f1_weighted"})
       line[std::string("best_") + k] = round(eval->metrics.at(k).number(), 4);

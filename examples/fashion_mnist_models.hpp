@@ -5,6 +5,7 @@
 // runs the same first step without dtrain.
 #include <string>
 
+#include <nlohmann/json.hpp>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -21,3 +22,20 @@ inline torch::nn::Sequential make_fashion_mnist_model(const std::string& name) {
                       Linear(64 * 7 * 7, 128), ReLU(), Dropout(0.25), Linear(128, 10));
   return Sequential(Flatten(), Linear(28 * 28, 256), BatchNorm1d(256), ReLU(), Dropout(0.3), Linear(256, 10));
 }
+
+// The same Sequential (its parameters named 0.weight, 1.weight, ... as the peer's), describing
+// itself: every checkpoint saves its Config, so a Predictor rebuilds it from the checkpoint alone.
+struct FashionMnistConfig {
+  std::string model = "mlp";  // "mlp" or "cnn"
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(FashionMnistConfig, model)
+
+struct FashionMnistNetImpl : torch::nn::SequentialImpl {
+  using Config = FashionMnistConfig;
+  explicit FashionMnistNetImpl(const Config& c) : config(c) {
+    const auto layers = make_fashion_mnist_model(c.model);
+    for (const auto& layer : *layers) push_back(layer);
+  }
+  Config config;
+};
+TORCH_MODULE(FashionMnistNet);

@@ -19,8 +19,16 @@
 // resnet18 names), loaded by name with dtrain::weights (strictly, or with --init-non-strict the
 // names in both, e.g. a pretrained network whose fc has another class count), then fine-tunes.
 // --loader-workers N is read as --loader-threads N (the peer's name for its DataLoader processes).
+// Each checkpoint carries what serving needs: the model's Config (ResNet describes itself), the
+// evaluation transforms (data::ImageTransforms) and the class names. After training, the best
+// checkpoint alone serves raw image files (Predictor + evaluation::ImageInputs: no sizes, no
+// transforms written here); --predictions DIR scores every test file by batch inference on 2
+// workers (evaluation::batch_predict), writing DIR/predictions.csv.
 
 #include <dtrain/data/image_folder.hpp>
+#include <dtrain/data/image_transforms.hpp>
+#include <dtrain/evaluation/batch_predict.hpp>
+#include <dtrain/evaluation/image_inputs.hpp>
 #include <dtrain/data/pipeline.hpp>
 #include <dtrain/dtrain.hpp>
 #include <dtrain/evaluation/validation.hpp>
@@ -29,6 +37,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <limits>
 #include <string>
@@ -47,7 +56,8 @@ double now_s() {
 }
 
 struct Options {
-  std::string root, precision = "fp32", strategy = "ddp", storage = "image_runs", name = "image_classifier", init;
+  std::string root, precision = "fp32", strategy = "ddp", storage = "image_runs", name = "image_classifier", init,
+      predictions;
   int workers = 2, threads = 1, loader_threads = 2, channels = 1;
   std::int64_t global_batch = 128, epochs = 1, max_steps = 0, width = 16, seed = 0;
   float mean = 0.2860f, std = 0.3530f;
@@ -59,7 +69,7 @@ constexpr const char* usage =
     "                        [--global-batch N] [--epochs N] [--max-steps N] [--width N] [--channels 1|3]\n"
     "                        [--mean X] [--std X] [--seed N] [--decode-only] [--precision fp32|bf16]\n"
     "                        [--storage-path DIR] [--name NAME] [--init STATE_DICT.pt [--init-non-strict]]\n"
-    "                        [--strategy ddp|fsdp]\n";
+    "                        [--strategy ddp|fsdp] [--predictions DIR]\n";
 
 [[noreturn]] void usage_error(const std::string& why) {
   std::cerr << "image_classifier: " << why << "\n" << usage;
@@ -124,6 +134,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "--name") o.name = value;
     else if (flag == "--init") o.init = value;
     else if (flag == "--strategy") o.strategy = value;
+    else if (flag == "--predictions") o.predictions = value;
     else usage_error("unknown flag " + flag);
   }
   if (o.root.empty()) usage_error("--root DIR is required (DIR/train/<class>/* and DIR/test/<class>/*)");
@@ -138,7 +149,9 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// The peer's pipelines: train flips, test does not; both ToTensor + Normalize per channel.
+// The peer's pipelines: train flips, test does not; both ToTensor + Normalize per channel. The test
+// split's preprocessing is data (ImageTransforms), saved with every checkpoint for serving.
+data::ImageTransforms eval_transforms(const Options& o) { return data::ImageTransforms(o.channels).normalize({o.mean}, {o.std}); }
 auto train_split(const Options& o) {
   return data::pipelined(data::ImageFolder(o.root + "/train", {.channels = o.channels}),
                          data::map(data::random_horizontal_flip{0.5}) |
@@ -146,8 +159,9 @@ auto train_split(const Options& o) {
                          {.loader_threads = o.loader_threads, .seed = static_cast<std::uint64_t>(o.seed)});
 }
 auto test_split(const Options& o) {
+  const auto eval = eval_transforms(o);
   return data::pipelined(data::ImageFolder(o.root + "/test", {.channels = o.channels}),
-                         data::collate(data::stack_images{{o.mean}, {o.std}}), {.loader_threads = o.loader_threads});
+                         data::map(eval) | data::collate(eval.to_tensor()), {.loader_threads = o.loader_threads});
 }
 using TrainSplit = decltype(train_split(Options{}));
 
@@ -156,6 +170,7 @@ nlohmann::json run(const Options& o, double started) {
   const auto train = train_split(o);
   const auto test = test_split(o);
   const auto classes = static_cast<std::int64_t>(train.source().classes().size());
+  const auto labels = data::LabelEncoder::fit(train.source().classes());  // sorted, as the folder's classes
   if (test.source().classes() != train.source().classes())
     throw dtrain::DataError(o.root + "/test has other class directories than " + o.root + "/train");
 
@@ -226,7 +241,9 @@ nlohmann::json run(const Options& o, double started) {
                   {"model_state_bytes", ctx.model_state_bytes(model, opt)}},
                  ctx.checkpoint(model, opt)
                      .with_object("pipeline", train.random_state())
-                     .with_object(dtrain::schedule::checkpoint_name, cosine));
+                     .with_object(dtrain::schedule::checkpoint_name, cosine)
+                     .with_object("transforms", eval_transforms(o))
+                     .with_object("labels", labels));
       if (o.max_steps && steps >= o.max_steps) break;
     }
   });
@@ -252,7 +269,36 @@ nlohmann::json run(const Options& o, double started) {
     line.update({{"init", o.init}, {"init_loaded", static_cast<std::int64_t>(m.at("init_loaded").number())},
                  {"init_missing", static_cast<std::int64_t>(m.at("init_missing").number())},
                  {"init_unexpected", static_cast<std::int64_t>(m.at("init_unexpected").number())}});
-  if (result.best_checkpoint()) line["checkpoint"] = result.best_checkpoint()->path().string();
+  if (!result.best_checkpoint()) return line;
+  const auto best = result.best_checkpoint()->path();
+  line["checkpoint"] = best.string();
+  // Serving from the checkpoint alone: the model, its transforms and class names are in it.
+  std::vector<std::string> files;
+  for (std::int64_t i = 0; i < test.size(); ++i) files.push_back(test.source().path(i));
+  auto predictor = dtrain::evaluation::Predictor<resnet::ResNet>::from_checkpoint(best, dtrain::evaluation::ImageInputs{});
+  const auto served = predictor.predict(std::vector<std::string>(files.begin(), files.begin() + std::min<std::int64_t>(3, test.size())));
+  for (std::int64_t i = 0; i < served.size(); ++i)
+    std::cerr << "serve " << files[static_cast<std::size_t>(i)] << ": " << served[i].label << " (p="
+              << served[i].probabilities[static_cast<std::size_t>(served[i].class_index)] << ")\n";
+  if (!o.predictions.empty()) {  // every test file, by batch inference on 2 workers
+    dtrain::RunConfig scoring{.storage_path = o.storage, .name = o.name + "_predictions"};
+    const auto out = dtrain::evaluation::batch_predict<resnet::ResNet>(
+        best, files, dtrain::evaluation::ImageInputs{}, {.output = o.predictions, .start = dtrain::Start::fresh},
+        {.num_workers = 2}, scoring);
+    line["predictions"] = out.file.string();
+    line["predictions_samples"] = out.samples;
+    // The file's labels (CSV: index,label,...) against the folder's classes of the files.
+    std::ifstream csv(out.file);
+    std::string row;
+    std::getline(csv, row);  // the header
+    std::int64_t right = 0, n = 0;
+    for (; std::getline(csv, row) && n < test.size(); ++n) {
+      const auto first = row.find(',');
+      const auto label = row.substr(first + 1, row.find(',', first + 1) - first - 1);
+      right += label == train.source().classes()[static_cast<std::size_t>(test.source().label(n))];
+    }
+    line["predictions_accuracy"] = n ? static_cast<double>(right) / static_cast<double>(n) : 0.0;
+  }
   return line;
 }
 

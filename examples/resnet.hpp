@@ -20,6 +20,7 @@
 #include <string>
 #include <utility>
 
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 namespace resnet {
@@ -139,13 +140,17 @@ struct Options {
   /// 3 for colour images, 1 for grey ones.
   std::int64_t in_channels = 3;
 };
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Options, width, num_classes, in_channels)
 
 /// ResNet-18 with the small-image stem. Stages layer1..layer4 (two BasicBlocks each, strides
-/// 1, 2, 2, 2) are members, so that a strategy may wrap each as a unit.
+/// 1, 2, 2, 2) are members, so that a strategy may wrap each as a unit. It describes itself
+/// (`Config config`): a checkpoint rebuilds it with no sizes given (checkpointer/model_config.hpp).
 class ResNetImpl : public torch::nn::Module {
  public:
+  using Config = Options;
   explicit ResNetImpl(Options o = {})
-      : conv1(register_module("conv1", conv3x3(o.in_channels, o.width, 1))),
+      : config(o),
+        conv1(register_module("conv1", conv3x3(o.in_channels, o.width, 1))),
         bn1(register_module("bn1", BatchNorm2d(o.width))),
         layer1(register_module("layer1", stage(o.width, o.width, 1))),
         layer2(register_module("layer2", stage(o.width, 2 * o.width, 2))),
@@ -172,6 +177,7 @@ class ResNetImpl : public torch::nn::Module {
       if (auto* bn = m->as<BatchNorm2dImpl>()) bn->sync(shared);
   }
 
+  Config config;
   torch::nn::Conv2d conv1;
   BatchNorm2d bn1;
   torch::nn::Sequential layer1, layer2, layer3, layer4;

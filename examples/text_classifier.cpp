@@ -9,6 +9,11 @@
 //   text_classifier --data DIR [--model transformer|bag] [--workers N] [--threads-per-worker N]
 //       [--global-batch N] [--epochs N] [--max-steps N] [--max-len N] [--vocab N] [--seed N]
 //       [--loader-threads N] [--storage-path DIR] [--name NAME] [--tokenizer word|sentencepiece]
+//       [--predictions DIR]
+//
+// The model describes itself (TextClassifierConfig): serving builds it from the best checkpoint
+// with its tokenizer and labels, no sizes written here. --predictions DIR scores the holdout set by
+// batch inference on 2 workers (evaluation::batch_predict), writing DIR/predictions.csv.
 //
 // --tokenizer sentencepiece trains a SentencePiece unigram model of --vocab pieces on the training
 // split instead of the peer's word vocabulary (libsentencepiece0, loaded at run time).
@@ -20,6 +25,7 @@
 #include <dtrain/data/sentencepiece.hpp>
 #include <dtrain/data/splits.hpp>
 #include <dtrain/dtrain.hpp>
+#include <dtrain/evaluation/batch_predict.hpp>
 #include <dtrain/memory.hpp>
 #include <dtrain/nn/encoder.hpp>
 #include <dtrain/evaluation/validation.hpp>
@@ -27,6 +33,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <stdexcept>
@@ -48,7 +55,8 @@ double now_s() {
 }
 
 struct Options {
-  std::string data_dir, model = "transformer", tokenizer = "word", storage = "text_runs", name = "text_classifier";
+  std::string data_dir, model = "transformer", tokenizer = "word", storage = "text_runs", name = "text_classifier",
+      predictions;
   int workers = 2, threads = 1, loader_threads = 2;
   std::int64_t global_batch = 64, epochs = 1, max_steps = 0, max_len = 128, vocab = 20000, seed = 0;
 };
@@ -73,6 +81,7 @@ Options parse(int argc, char** argv) {
     else if (f == "--loader-threads") o.loader_threads = std::stoi(v);
     else if (f == "--storage-path") o.storage = v;
     else if (f == "--name") o.name = v;
+    else if (f == "--predictions") o.predictions = v;
     else throw std::invalid_argument("unknown flag " + f + "; see the usage at the top of text_classifier.cpp");
   }
   if (o.data_dir.empty()) throw std::invalid_argument("--data DIR (holding dataset.csv and holdout.csv) is required");
@@ -85,15 +94,22 @@ Options parse(int argc, char** argv) {
 
 // The peer's model: Embedding(V, 128, padding_idx 0) -> [2 x TransformerEncoderLayer(128, 4, 256,
 // dropout 0.1) with the padding mask] -> mean over non-pad tokens -> Linear(128, K).
+struct TextClassifierConfig {
+  std::int64_t vocab = 0, classes = 0;
+  bool transformer = true;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TextClassifierConfig, vocab, classes, transformer)
+
 struct TextClassifierImpl : torch::nn::Module {
-  TextClassifierImpl(std::int64_t vocab, std::int64_t classes, bool transformer) {
-    embedding = register_module("embedding", torch::nn::Embedding(torch::nn::EmbeddingOptions(vocab, 128).padding_idx(0)));
+  using Config = TextClassifierConfig;
+  explicit TextClassifierImpl(const Config& c) : config(c) {
+    embedding = register_module("embedding", torch::nn::Embedding(torch::nn::EmbeddingOptions(c.vocab, 128).padding_idx(0)));
     // dtrain's encoder: the peer's layers, named as LibTorch's (so its checkpoints load), from
     // ATen's own ops (include/dtrain/nn/encoder.hpp says what LibTorch's C++ layer costs).
-    if (transformer)
+    if (c.transformer)
       encoder = register_module(
           "encoder", dtrain::nn::Encoder(dtrain::nn::EncoderLayerOptions(128, 4).feedforward(256).dropout(0.1), 2));
-    head = register_module("head", torch::nn::Linear(128, classes));
+    head = register_module("head", torch::nn::Linear(128, c.classes));
   }
   torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& mask) {
     auto h = embedding(ids);
@@ -103,6 +119,7 @@ struct TextClassifierImpl : torch::nn::Module {
     return head((h * keep).sum(1) / keep.sum(1).clamp_min(1));
   }
   torch::Tensor forward(const data::Fields& b) { return forward(b["input_ids"], b["attention_mask"]); }
+  Config config;
   torch::nn::Embedding embedding{nullptr};
   dtrain::nn::Encoder encoder{nullptr};
   torch::nn::Linear head{nullptr};
@@ -195,7 +212,7 @@ void train_and_report(const Options& o, double script_start, double started) {
   const bool transformer = o.model == "transformer";
   auto result = trainer.fit([&](Trainer::context& ctx) {
     torch::manual_seed(static_cast<std::uint64_t>(o.seed));
-    auto model = ctx.prepare_model(TextClassifier(vocab.size(), labels.size(), transformer));
+    auto model = ctx.prepare_model(TextClassifier(TextClassifierConfig{vocab.size(), labels.size(), transformer}));
     torch::optim::Adam opt(ctx.parameters(model), 1e-3);
     std::int64_t steps = 0, samples = 0;
     double first_step = 0, last_loss = 0, loop_s = 0;
@@ -231,13 +248,13 @@ void train_and_report(const Options& o, double script_start, double started) {
   });
   if (!result.best_checkpoint()) throw std::runtime_error("the run saved no checkpoint");
 
-  // The best checkpoint by val_loss, with its vocabulary and label names: the holdout and raw strings.
+  // The best checkpoint by val_loss, alone: the model from its config, its vocabulary and label
+  // names. The holdout and raw strings.
   using Predictor = dtrain::evaluation::Predictor<TextClassifier>;
-  auto predictor = Predictor::from_checkpoint<Tokenizer>(result.best_checkpoint()->path(),
-                                              TextClassifier(vocab.size(), labels.size(), transformer),
-                                              dtrain::evaluation::TextInputs{});
+  const auto best = result.best_checkpoint()->path();
+  auto predictor = Predictor::from_checkpoint<Tokenizer>(best, dtrain::evaluation::TextInputs{});
   dtrain::evaluation::ConfusionMatrix cm(labels.size());
-  (void)predictor.predict(test, 256, &cm);
+  const auto holdout_predictions = predictor.predict(test, 256, &cm);
   const auto per_class = cm.per_class();
   std::map<std::string, std::int64_t> counts;
   for (const auto& t : holdout.tags) ++counts[std::string(t)];
@@ -266,7 +283,25 @@ void train_and_report(const Options& o, double script_start, double started) {
       {"majority_baseline", holdout.tags.empty() ? 0.0 : static_cast<double>(most) / static_cast<double>(holdout.tags.size())},
       {"vocab_size", vocab.size()}, {"tokenizer", o.tokenizer}, {"classes", labels.size()}, {"train_rows", split.train.size()},
       {"threads_per_worker", o.threads}, {"loader_threads", o.loader_threads},
-      {"best_checkpoint", result.best_checkpoint()->path().string()}, {"wall_s", now_s() - script_start}};
+      {"best_checkpoint", best.string()}, {"wall_s", now_s() - script_start}};
+  if (!o.predictions.empty()) {  // the holdout set, by batch inference on 2 workers
+    dtrain::RunConfig scoring{.storage_path = o.storage, .name = o.name + "_predictions"};
+    const auto out = dtrain::evaluation::batch_predict<TextClassifier>(
+        best, test, {.output = o.predictions, .batch = 256, .start = dtrain::Start::fresh}, {.num_workers = 2}, scoring);
+    line["predictions"] = out.file.string();
+    line["predictions_samples"] = out.samples;
+    // The file's classes (CSV: index,label,class_index,...) against this process's Predictor.
+    std::ifstream csv(out.file);
+    std::string row;
+    std::getline(csv, row);  // the header
+    const auto classes = holdout_predictions.classes();
+    std::int64_t agree = 0, rows_read = 0;
+    for (; std::getline(csv, row) && rows_read < classes.size(0); ++rows_read) {
+      const auto second = row.find(',', row.find(',') + 1);
+      agree += std::stoll(row.substr(second + 1)) == classes[rows_read].template item<std::int64_t>();
+    }
+    line["predictions_agree"] = rows_read ? static_cast<double>(agree) / static_cast<double>(classes.size(0)) : 0.0;
+  }
   std::cout << line.dump() << std::endl;
 }
 

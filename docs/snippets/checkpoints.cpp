@@ -54,11 +54,23 @@ int run_then_predict() {
   // [prediction]
   using Predictor = dtrain::evaluation::Predictor<Net>;
   const auto names = dtrain::evaluation::class_names(dtrain::data::FashionMnist::class_names);
-  auto predictor = Predictor::best(result.path, run.checkpoint, Net{}, names);  // best by score
-  // or Predictor::from_checkpoint(result.best_checkpoint()->path(), Net{}, names)
+  auto predictor = Predictor::best(result.path, run.checkpoint, names);  // best by score, Net from its config
+  // or Predictor::from_checkpoint(result.best_checkpoint()->path())
   const auto p = predictor.predict(images);       // p[i].label, p[i].class_index, p[i].probabilities
   // [prediction]
   std::cout << "prediction: " << p[0].label << " (" << p[0].class_index << ")\n";
+  // [batch inference]
+  namespace ev = dtrain::evaluation;
+  const auto scored = ev::batch_predict<Net>(result.best_checkpoint()->path(), data.test(),
+                                             {.output = "predictions", .class_names = names}, {.num_workers = 2});
+  // scored.file: predictions/predictions.csv, one row per test sample, in order
+  // [batch inference]
+  std::ifstream csv(scored.file);
+  std::string header, first;
+  std::getline(csv, header);
+  std::getline(csv, first);
+  std::cout << "batch: " << scored.samples << " predictions in " << scored.file.string() << ", the first "
+            << first.substr(0, first.find(',', first.find(',') + 1)) << "\n";
   return 0;
 }
 

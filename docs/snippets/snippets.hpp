@@ -11,17 +11,31 @@
 #include <cstdint>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 namespace snippets {
 
-/// The docs' network: a small MLP over 28x28 images.
+/// The docs' network: a small MLP over 28x28 images, which describes itself (guide.md, "Serving
+/// and batch inference"): every checkpoint saves its Config.
+// [model config]
+struct NetConfig {
+  std::int64_t hidden = 64, classes = 10;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(NetConfig, hidden, classes)  // the Config as JSON, both ways
+
 struct NetImpl : torch::nn::Module {
-  NetImpl() : fc1(register_module("fc1", torch::nn::Linear(784, 64))), fc2(register_module("fc2", torch::nn::Linear(64, 10))) {}
+  using Config = NetConfig;
+  explicit NetImpl(const Config& c = {})
+      : config(c),
+        fc1(register_module("fc1", torch::nn::Linear(784, c.hidden))),
+        fc2(register_module("fc2", torch::nn::Linear(c.hidden, c.classes))) {}
   torch::Tensor forward(torch::Tensor x) { return fc2(torch::relu(fc1(x.flatten(1)))); }
+  Config config;  // what the model was built from: ctx.checkpoint() saves it
   torch::nn::Linear fc1, fc2;
 };
 TORCH_MODULE(Net);
+// [model config]
 
 /// The first 1,024 training and 512 test images of Fashion-MNIST, so that a block that trains for
 /// 10 epochs runs in seconds. Shaped like data::FashionMnist: train() and test().

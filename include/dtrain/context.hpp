@@ -18,6 +18,7 @@
 #include <torch/types.h>
 
 #include <dtrain/checkpointer/checkpoint.hpp>
+#include <dtrain/checkpointer/model_config.hpp>
 #include <dtrain/checkpointer/selection.hpp>
 #include <dtrain/checkpointer/snapshot_buffers.hpp>
 #include <dtrain/checkpointer/write.hpp>
@@ -44,6 +45,7 @@
 #include <dtrain/sampler/cursor.hpp>
 #include <dtrain/sampler/seed.hpp>
 #include <dtrain/tracking/progress_meter.hpp>
+#include <dtrain/tracking/report_timing.hpp>
 #include <dtrain/tracking/record.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -401,6 +403,7 @@ class Context {
   PreparedModels<strategy_state> models_;
   sampler::EpochCursor cursor_;
   tracking::ProgressMeter meter_;
+  tracking::ReportTiming timing_;  // the timing columns of every report
   checkpointer_state checkpoints_;
   checkpointer::detail::SnapshotBuffers snapshot_buffers_;  // the previous snapshot's tensors, to copy into
   std::int64_t steps_ = 0, reports_ = 0, syncs_ = 0;

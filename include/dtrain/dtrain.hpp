@@ -65,6 +65,9 @@
 #include <dtrain/data/token_ids.hpp>
 #include <dtrain/evaluation/classification.hpp>
 #include <dtrain/evaluation/predictor.hpp>
+#include <dtrain/evaluation/batch_predict.hpp>
+#include <dtrain/checkpointer/model_config.hpp>
+#include <dtrain/tracking/report_timing.hpp>
 #include <dtrain/nn/encoder.hpp>
 #include <dtrain/evaluation/validation.hpp>
 

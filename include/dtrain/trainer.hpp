@@ -20,6 +20,7 @@
 #include <torch/utils.h>
 
 #include <dtrain/checkpointer/checkpoint.hpp>
+#include <dtrain/checkpointer/model_config.hpp>
 #include <dtrain/checkpointer/selection.hpp>
 #include <dtrain/config.hpp>
 #include <dtrain/context.hpp>
@@ -42,22 +43,6 @@
 #include <dtrain/tracking/run_tracking.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
-
-namespace detail {
-template <class M>
-struct module_of {
-  using type = M;
-};
-template <class M>
-struct module_of<torch::nn::ModuleHolder<M>> {
-  using type = M;
-};
-template <class M>
-  requires std::is_base_of_v<torch::nn::ModuleHolder<typename M::ContainedType>, M>
-struct module_of<M> {
-  using type = typename M::ContainedType;
-};
-}  // namespace detail
 
 /// Runs `loop(ctx)` on `ScalingConfig::num_workers` processes, data-parallel.
 ///
@@ -111,12 +96,28 @@ class Trainer {
       throw ConfigError("RunConfig::resume_from is set but the Trainer's Checkpointer is checkpointer::none, "
                         "which neither writes nor reads checkpoints; add dtrain::checkpointer::directory<> "
                         "to the Trainer's policies");
-    if (auto who = launch::detect_worker()) run_worker(*who, loop);
+    if (auto who = launch::detect_worker()) {
+      // A worker of a later fit() of this program (a training, then batch inference), started
+      // anew, passes over this one: its run ended before the driver went on.
+      if (const auto own = launch::detail::env(launch::env_run_path); own && *own != run_.path().string())
+        return finished_earlier(*own);
+      run_worker(*who, loop);
+    }
     return drive(loop);
   }
 
  private:
   static constexpr bool persists = policies::checkpointer::state::persists;
+
+  Result finished_earlier(const std::string& own) const {
+    try {
+      return Result::from_path(run_.path());
+    } catch (const std::exception& e) {
+      throw ConfigError("this worker was started for the run at " + own + ", and the program called fit() of " +
+                        run_.path().string() + " first, which the driver did not run (" + e.what() +
+                        "); the driver and its workers must call fit() in the same order");
+    }
+  }
 
   template <class Loop>
   [[noreturn]] void run_worker(const launch::WorkerIdentity& who, Loop& loop) {

@@ -18,6 +18,8 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*<(dtrain/[^>]+)>', re.MULTILINE)
 OPTIONAL = {
     "dtrain/data/image.hpp": "OpenCV (the dtrain::images target)",
     "dtrain/data/image_folder.hpp": "OpenCV (the dtrain::images target)",
+    "dtrain/data/image_transforms.hpp": "OpenCV (the dtrain::images target)",
+    "dtrain/evaluation/image_inputs.hpp": "OpenCV (the dtrain::images target)",
 }
 
 

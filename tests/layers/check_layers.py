@@ -26,7 +26,7 @@ LAYERS = [
                                             "concept/strategy.hpp", "concept/precision.hpp"]),
     ("tracking", ["tracking/", "tracker/", "result.hpp", "concept/tracker.hpp"]),
     ("context", ["context.hpp", "context/", "policy/concepts.hpp", "policy/resolve.hpp"]),
-    ("trainer", ["trainer.hpp", "trainer/"]),
+    ("trainer", ["trainer.hpp", "trainer/", "evaluation/batch_predict.hpp"]),
     ("umbrella", ["dtrain.hpp"]),
 ]
 

@@ -81,6 +81,18 @@ check(all({"iteration", "epoch", "step", "timestamp"} <= set(r) for r in rows), 
 check([r["step"] for r in rows[:-1]] == list(range(every, steps + 1, every)), "step reports at every %d steps" % every)
 check([r["iteration"] for r in rows] == list(range(1, len(rows) + 1)), "iterations count the reports")
 check(all(a["timestamp"] <= b["timestamp"] for a, b in zip(rows, rows[1:])), "wall times increase")
+# Ray's timing columns: per report, the seconds since the previous one, the total, and the samples
+# both ranks took from the Trainer's Sampler in between (every=20 steps of the global batch 128).
+check(all({"time_this_iter_s", "time_total_s", "samples_per_s"} <= set(r) for r in rows),
+      "every row has time_this_iter_s, time_total_s and samples_per_s")
+check(all(r["time_this_iter_s"] > 0 for r in rows), "time_this_iter_s is positive")
+check(all(abs((b["time_total_s"] - a["time_total_s"]) - b["time_this_iter_s"]) < 1e-3 for a, b in zip(rows, rows[1:])),
+      "time_total_s grows by each report's time_this_iter_s")
+check(all(abs((b["timestamp"] - a["timestamp"]) - b["time_this_iter_s"]) < 0.05 for a, b in zip(rows, rows[1:])),
+      "time_this_iter_s is the wall time between reports")
+trained = [r["samples_per_s"] * r["time_this_iter_s"] for r in rows[:-1]]
+check(all(abs(t - every * 128) < 1e-6 * every * 128 for t in trained),
+      "samples_per_s x time_this_iter_s = the %d samples of each %d steps: %s" % (every * 128, every, trained))
 with open(os.path.join(run_dir, "metrics.csv")) as f:
     table = list(csv.DictReader(f))
 check(len(table) == len(rows) and float(table[-1]["test_accuracy"]) == rows[-1]["test_accuracy"],
@@ -178,6 +190,8 @@ ta = history("test_accuracy")
 check(len(ta) == 1 and ta[0][1] == rows[-1]["test_accuracy"] and ta[0][2] == steps, "test_accuracy at its step")
 check(history("best_checkpoint_test/f1_macro")[0][1] == ev["metrics"]["f1_macro"], "the evaluation's metrics are MLflow metrics")
 check(not any(k in metric_files for k in ("timestamp", "step", "iteration")), "bookkeeping columns are not metrics")
+check([v for _, v, _ in history("time_total_s")] == [r["time_total_s"] for r in rows] and
+      [v for _, v, _ in history("samples_per_s")] == [r["samples_per_s"] for r in rows], "the timing columns are MLflow metrics")
 
 
 def flat(j, prefix=""):

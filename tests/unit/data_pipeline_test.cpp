@@ -18,6 +18,7 @@
 #include <torch/torch.h>
 
 #include <dtrain/checkpointer/directory.hpp>
+#include <dtrain/checkpointer/model_config.hpp>
 #include <dtrain/data/collate.hpp>
 #include <dtrain/data/csv.hpp>
 #include <dtrain/data/dataset.hpp>
@@ -466,7 +467,94 @@ struct TextNetImpl : torch::nn::Module {
 };
 TORCH_MODULE(TextNet);
 
+// The same network, describing itself: its sizes are a Config that every checkpoint saves.
+struct TaggerConfig {
+  std::int64_t vocab = 0, classes = 0, width = 8;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TaggerConfig, vocab, classes, width)
+struct TaggerImpl : torch::nn::Module {
+  using Config = TaggerConfig;
+  explicit TaggerImpl(const Config& c) : config(c) {
+    emb = register_module("emb", torch::nn::Embedding(c.vocab, c.width));
+    fc = register_module("fc", torch::nn::Linear(c.width, c.classes));
+  }
+  torch::Tensor forward(const d::data::Fields& b) {
+    const auto keep = b["attention_mask"].unsqueeze(-1).to(torch::kFloat32);
+    return fc->forward((emb->forward(b["input_ids"]) * keep).sum(1) / keep.sum(1).clamp_min(1));
+  }
+  Config config;
+  torch::nn::Embedding emb{nullptr};
+  torch::nn::Linear fc{nullptr};
+};
+TORCH_MODULE(Tagger);
+struct OtherImpl : torch::nn::Module {
+  using Config = TaggerConfig;
+  explicit OtherImpl(const Config& c) : config(c) {}
+  torch::Tensor forward(const d::data::Fields& b) { return b["input_ids"].to(torch::kFloat32); }
+  Config config;
+};
+TORCH_MODULE(Other);
+static_assert(d::checkpointer::DescribedModel<Tagger> && d::checkpointer::DescribedModel<std::shared_ptr<TaggerImpl>>);
+static_assert(!d::checkpointer::DescribedModel<TextNet>, "no Config: not a described model");
+
 }  // namespace
+
+TEST_CASE("A checkpoint alone builds its model: the config it saved, the preprocessors, the same predictions",
+          "[data][preprocess][predictor]") {
+  TempDir dir;
+  const std::vector<std::string> texts = {"disk partition tool", "network daemon", "disk image", "network proxy"};
+  const auto vocab = d::data::WordVocabulary::fit(texts, 100, 16);
+  const auto labels = d::data::LabelEncoder::fit(std::vector<std::string>{"admin", "net", "web"});
+  torch::manual_seed(3);
+  Tagger model(TaggerConfig{.vocab = vocab.size(), .classes = labels.size(), .width = 6});
+  const auto path = dtrain_test::save_checkpoint(dir / "run", *model, [&](auto& s) {
+    s.model_config = d::checkpointer::describe_model(model);  // what ctx.checkpoint(model, ...) adds
+    s.with_object("vocab", vocab).with_object("labels", labels);
+  });
+  const auto saved = nlohmann::json::parse(std::ifstream(path / "model_config.json"));
+  CHECK(saved["format"] == 1);
+  CHECK(saved["model"].get<std::string>().find("TaggerImpl") != std::string::npos);
+  CHECK(saved["config"] == nlohmann::json{{"vocab", vocab.size()}, {"classes", 3}, {"width", 6}});
+
+  using P = d::evaluation::Predictor<Tagger>;
+  const std::vector<std::string> raw = {"disk partition", "Network proxy daemon!", "", "web"};
+  auto alone = P::from_checkpoint(path, d::evaluation::TextInputs{});  // no sizes, no model
+  auto given = P::from_checkpoint(path, Tagger(TaggerConfig{vocab.size(), 3, 6}), d::evaluation::TextInputs{});
+  const auto a = alone.predict(raw), b = given.predict(raw);
+  CHECK(torch::equal(a.probabilities(), b.probabilities()));
+  CHECK(alone.model()->config.width == 6);
+  CHECK(a.class_names() == labels.classes());
+  // The in-training model's scores, bitwise.
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto batch = d::data::pad_to_longest("input_ids", d::data::WordVocabulary::pad_id, "attention_mask")(
+      {d::data::Fields{{"input_ids", vocab.transform(raw[0])}}, d::data::Fields{{"input_ids", vocab.transform(raw[1])}},
+       d::data::Fields{{"input_ids", vocab.transform(raw[2])}}, d::data::Fields{{"input_ids", vocab.transform(raw[3])}}});
+  CHECK(torch::equal(a.probabilities(), torch::softmax(model->forward(batch), 1)));
+  // Weights without preprocessing: the model alone.
+  auto bare = P::from_checkpoint(path);
+  CHECK(torch::equal(bare.predict(batch).probabilities(), a.probabilities()));
+  CHECK(torch::equal(d::evaluation::Predictor<std::shared_ptr<TaggerImpl>>::from_checkpoint(path).predict(batch).probabilities(),
+                     a.probabilities()));
+
+  // Another model type: both named.
+  CHECK_THROWS_MATCHES(d::evaluation::Predictor<Other>::from_checkpoint(path), d::ConfigError,
+                       MessageContains({"holds a", "TaggerImpl", "not a", "OtherImpl"}));
+  // A checkpoint of a model without a Config: what to do.
+  TextNet plain(vocab.size(), 3);
+  const auto plain_path = dtrain_test::save_checkpoint(dir / "plain", *plain);
+  CHECK_THROWS_MATCHES(P::from_checkpoint(plain_path), d::ConfigError,
+                       MessageContains({"does not say how its model was built", "model_config.json", "Config config"}));
+  // A config that no longer converts (the field changed type): the file and the reason.
+  const auto bad_path = dtrain_test::save_checkpoint(dir / "bad", *model, [&](auto& s) {
+    s.model_config = R"({"format": 1, "model": ")" + d::checkpointer::model_type_name<Tagger>() +
+                     R"(", "config": {"vocab": "many", "classes": 3, "width": 6}})";
+  });
+  CHECK_THROWS_MATCHES(P::from_checkpoint(bad_path), d::ConfigError,
+                       MessageContains({"model_config.json", "does not convert", "TaggerConfig"}));
+  const auto broken_path = dtrain_test::save_checkpoint(dir / "broken", *model, [&](auto& s) { s.model_config = "{"; });
+  CHECK_THROWS_MATCHES(P::from_checkpoint(broken_path), d::ConfigError, MessageContains({"model_config.json", "malformed"}));
+}
 
 TEST_CASE("Preprocessors round-trip through a checkpoint and the Predictor takes raw strings", "[data][preprocess][predictor]") {
   TempDir dir;
@@ -507,7 +595,7 @@ TEST_CASE("Preprocessors round-trip through a checkpoint and the Predictor takes
   CHECK(out.class_names() == std::vector<std::string>{"admin", "net"});
   CHECK((out[1].label == "admin" || out[1].label == "net"));
   CHECK_THROWS_MATCHES(P(TextNet(4, 2)).predict(std::vector<std::string>{"x"}), d::ConfigError,
-                       MessageContains({"no tokenizer", "TextInputs"}));
+                       MessageContains({"no preprocessing for raw inputs", "TextInputs", "ImageInputs"}));
 
   // A corrupted preprocessor file fails the manifest's checksum.
   const auto object = path / "objects" / "vocab.pt";

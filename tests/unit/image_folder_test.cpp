@@ -19,10 +19,13 @@
 #include <dtrain/data/fashion_mnist.hpp>
 #include <dtrain/data/image.hpp>
 #include <dtrain/data/image_folder.hpp>
+#include <dtrain/data/image_transforms.hpp>
+#include <dtrain/evaluation/image_inputs.hpp>
 #include <dtrain/data/pipeline.hpp>
 #include <dtrain/data/shard.hpp>
 #include <dtrain/error.hpp>
 
+#include "checkpoint_support.hpp"
 #include "support.hpp"
 
 namespace dd = dtrain::data;
@@ -74,6 +77,22 @@ void copy_image(const std::string& name, const fs::path& to) {
   fs::create_directories(to.parent_path());
   fs::copy_file(references().dir / "images" / name, to);
 }
+
+// A classifier of 16x16 images that describes itself (checkpointer/model_config.hpp).
+struct PixelsConfig {
+  std::int64_t channels = 3, side = 16, classes = 2;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(PixelsConfig, channels, side, classes)
+struct PixelsImpl : torch::nn::Module {
+  using Config = PixelsConfig;
+  explicit PixelsImpl(const Config& c) : config(c) {
+    fc = register_module("fc", torch::nn::Linear(c.channels * c.side * c.side, c.classes));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return fc->forward(x.flatten(1)); }
+  Config config;
+  torch::nn::Linear fc{nullptr};
+};
+TORCH_MODULE(Pixels);
 
 }  // namespace
 
@@ -283,4 +302,53 @@ TEST_CASE("images: scripts/make-image-folder read back through ImageFolder gives
     INFO(split << ": largest difference " << (batch["image"] - want).abs().max().item<double>());
     CHECK(torch::allclose(batch["image"], want, /*rtol=*/0, /*atol=*/1e-5));
   }
+}
+
+TEST_CASE("images: ImageTransforms is evaluation's preprocessing as data, and a Predictor restored from a checkpoint applies "
+          "it to raw files bitwise", "[images][predictor]") {
+  const auto& f = references().manifest.at("folder");
+  const std::string root = f.at("root");
+  const auto eval = dd::ImageTransforms(3).resize(20).center_crop(16).normalize({0.5f, 0.4f, 0.3f}, {0.2f, 0.25f, 0.3f});
+  const auto test = dd::pipelined(dd::ImageFolder(root, {.channels = 3}), dd::map(eval) | dd::collate(eval.to_tensor()));
+  const auto n = test.size();
+  const auto batch = test.get_batch(torch::arange(n));
+  REQUIRE(batch["image"].sizes() == torch::IntArrayRef({n, 3, 16, 16}));
+  std::vector<std::string> files;
+  for (std::int64_t i = 0; i < n; ++i) files.push_back(test.source().path(i));
+  CHECK(torch::equal(eval.load(files), batch["image"]));  // the same steps, outside a pipeline
+
+  // As data: JSON and a checkpoint object, both ways.
+  CHECK(dd::ImageTransforms::from_json(eval.to_json()) == eval);
+  CHECK(eval.to_json()["steps"] == nlohmann::json::parse(
+                                       R"([{"op":"resize","height":20,"width":0},{"op":"center_crop","height":16,"width":16}])"));
+  CHECK_THROWS_MATCHES(dd::ImageTransforms::from_json({{"channels", 3}, {"steps", {{{"op", "rotate"}, {"height", 1}, {"width", 1}}}},
+                                                       {"mean", {0.0}}, {"std", {1.0}}}),
+                       dtrain::DataError, MessageContains({"ImageTransforms", "unknown step \"rotate\""}));
+  CHECK_THROWS_MATCHES(dd::ImageTransforms::from_json({{"channels", 2}}), dtrain::DataError, MessageContains({"channels"}));
+  CHECK_THROWS_MATCHES(dd::ImageTransforms(3).normalize({0.5f, 0.5f}, {1.0f}), dtrain::ConfigError,
+                       MessageContains({"mean and std need 1 or 3 values"}));
+  CHECK(dd::ImageTransforms(1).load({files[0]}).size(1) == 1);  // decoded with the transforms' channels
+  const dd::ImageTransforms grey(1);
+  CHECK_THROWS_MATCHES(grey(dd::Image{dd::decode_image(files[0], 3), 0, files[0]}), dtrain::DataError,
+                       MessageContains({files[0], "3-channel image", "1-channel"}));
+
+  // The checkpoint carries the transforms and the class names: a checkpoint alone serves files.
+  TempDir dir;
+  torch::manual_seed(11);
+  const auto classes = test.source().classes();
+  Pixels model(PixelsConfig{.channels = 3, .side = 16, .classes = static_cast<std::int64_t>(classes.size())});
+  const auto labels = dd::LabelEncoder::fit(classes);
+  CHECK(labels.classes() == classes);  // sorted both: class k keeps its name
+  const auto path = dtrain_test::save_checkpoint(dir / "run", *model, [&](auto& s) {
+    s.model_config = dtrain::checkpointer::describe_model(model);
+    s.with_object("transforms", eval).with_object("labels", labels);
+  });
+  auto predictor = dtrain::evaluation::Predictor<Pixels>::from_checkpoint(path, dtrain::evaluation::ImageInputs{});
+  const auto p = predictor.predict(files);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  CHECK(torch::equal(p.probabilities(), torch::softmax(model->forward(batch["image"]), 1)));
+  CHECK(p.class_names() == classes);
+  CHECK_THROWS_MATCHES(predictor.predict(std::vector<std::string>{root + "/missing.png"}), dtrain::DataError,
+                       MessageContains({"missing.png", "cannot be read"}));
 }

@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -18,11 +20,13 @@
 #include <dtrain/checkpointer/directory.hpp>
 #include <dtrain/launch/group.hpp>
 #include <dtrain/run_directory.hpp>
+#include <dtrain/evaluation/batch_predict.hpp>
 #include <dtrain/evaluation/predictor.hpp>
 #include <dtrain/tracker/mlflow.hpp>
 #include <dtrain/tracker/none.hpp>
 #include <dtrain/tracking/progress.hpp>
 #include <dtrain/tracking/report.hpp>
+#include <dtrain/tracking/report_timing.hpp>
 #include <dtrain/tracking/step_history.hpp>
 
 namespace d = dtrain;
@@ -505,4 +509,39 @@ TEST_CASE("Predictor: a missing, damaged or mismatched checkpoint gets a clear e
   auto p = P::from_checkpoint(path, tiny(), {"a", "b"});
   CHECK_THROWS_MATCHES(p.predict(torch::randn({2, 4})), d::ConfigError,
                        MessageContains({"3 scores per sample but 2 class names"}));
+}
+
+TEST_CASE("Every report carries Ray's timing columns, time_total_s counted on from a resumed checkpoint", "[tracking]") {
+  d::tracking::ReportTiming timing;
+  timing.start({{"time_total_s", 100.0}, {"loss", 0.5}});
+  timing.add_samples(30);
+  timing.add_samples(34);
+  CHECK(timing.take_samples() == 64);
+  CHECK(timing.take_samples() == 0);  // counting starts again at each report
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  d::Metrics row;
+  timing.fill(row, 128.0);
+  const double iter = row.at("time_this_iter_s").number();
+  CHECK(iter >= 0.02);
+  CHECK(row.at("time_total_s").number() >= 100.02);
+  CHECK(row.at("time_total_s").number() < 101);
+  CHECK(row.at("samples_per_s").number() == Approx(128.0 / iter));
+  d::Metrics own{{"samples_per_s", 7.0}};  // the loop's own value wins
+  timing.fill(own, 128.0);
+  CHECK(own.at("samples_per_s").number() == 7.0);
+  d::tracking::ReportTiming fresh;
+  fresh.start();
+  d::Metrics first;
+  fresh.fill(first, 0.0);
+  CHECK(first.at("time_total_s").number() < 1);
+}
+
+TEST_CASE("BatchPredictConfig: bad values are clear errors before any worker starts", "[evaluation][predictor]") {
+  using C = d::evaluation::BatchPredictConfig;
+  CHECK_NOTHROW(C{.output = "out"}.validate());
+  CHECK_THROWS_MATCHES(C{}.validate(), d::ConfigError, MessageContains({"output is empty"}));
+  CHECK_THROWS_MATCHES((C{.output = "out", .batch = 0}).validate(), d::ConfigError, MessageContains({"batch must be at least 1"}));
+  CHECK_THROWS_MATCHES((C{.output = "out", .batch = 7, .part_size = 50}).validate(), d::ConfigError,
+                       MessageContains({"part_size must be a positive multiple of batch (7), got 50", "e.g. 49"}));
+  CHECK(C{.output = "o", .format = d::evaluation::PredictionFormat::jsonl}.extension() == ".jsonl");
 }

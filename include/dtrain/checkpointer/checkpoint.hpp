@@ -9,6 +9,7 @@
 //   optimizer.pt      the optimizer's state (torch::serialize::OutputArchive), read by C++
 //   optimizer_state.pt  SGD/Adam/AdamW/RMSprop/Adagrad under ddp<>: Python's optimizer.state_dict()
 //   precision.pt      amp's GradScaler state (loss scale, growth tracker), under loss scaling
+//   model_config.json the model's type and construction config, when it has one (model_config.hpp)
 //   files/NAME        the user's files (with_file); objects/NAME.pt the user's objects (with_object)
 //   state.json        counters (iteration, epoch, steps), the reported metrics, the user's extras
 //   rank_RRRRR.json   one per rank: its sampler position (and the epoch's global sample offset) and

@@ -41,6 +41,8 @@ inline constexpr const char* manifest = "manifest.json";
 inline constexpr const char* python_optimizer = "optimizer_state.pt";
 /// The Precision policy's state (amp's GradScaler: loss scale, growth tracker).
 inline constexpr const char* precision = "precision.pt";
+/// The model's type and construction config, for a model with `Config config;` (model_config.hpp).
+inline constexpr const char* model_config = "model_config.json";
 /// Directories of the user's files (with_file) and objects (with_object: NAME.pt).
 inline constexpr const char* user_files = "files";
 inline constexpr const char* user_objects = "objects";

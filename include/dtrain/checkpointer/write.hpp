@@ -77,6 +77,8 @@ struct Snapshot {
   std::optional<c10::IValue> python_optimizer;
   /// Rank 0: the Precision policy's state (amp's GradScaler), an OutputArchive; empty when none.
   std::string precision;
+  /// Rank 0: model_config.json's text, for a model that describes itself (model_config.hpp).
+  std::string model_config;
   /// Rank 0: the user's files (name -> bytes) and objects (name -> serialized OutputArchive).
   std::map<std::string, std::string> user_files, user_objects;
   Metrics extras;
@@ -151,7 +153,7 @@ inline void write_rank_file(const std::filesystem::path& tmp, int rank, const Sn
   if (s.sharded_optimizer) write_file(tmp / files::rank_optimizer(rank), s.optimizer);
 }
 
-/// Rank 0's optional files: optimizer_state.pt (for Python), precision.pt, the user's files and
+/// Rank 0's optional files: optimizer_state.pt (for Python), precision.pt, model_config.json, the user's files and
 /// objects. `add(name, size, crc)` lists each in the manifest.
 template <class Add>
 void write_user_state(const std::filesystem::path& tmp, const Snapshot& s, Add&& add) {
@@ -165,6 +167,7 @@ void write_user_state(const std::filesystem::path& tmp, const Snapshot& s, Add&&
     put(files::python_optimizer, torch_save_bytes(state.isGenericDict() ? c10::IValue(state.toGenericDict().copy()) : state));
   }
   if (!s.precision.empty()) put(files::precision, s.precision);
+  if (!s.model_config.empty()) put(files::model_config, s.model_config);
   auto put_all = [&](const char* dir, const std::map<std::string, std::string>& named, const char* suffix) {
     if (named.empty()) return;
     std::error_code ec;

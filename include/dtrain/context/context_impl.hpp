@@ -70,6 +70,7 @@ Context<Policies>::Context(const launch::WorkerIdentity& who, c10::intrusive_ptr
     meter_.history().group_started(steps_, cursor_.epoch(), who.attempt, who.world_size);
   }
   stop_.start_counting_at(steps_);
+  timing_.start(checkpoints_.resumed() ? checkpoints_.resumed()->metrics() : Metrics{});
   mark_progress("the start of the train loop");  // FailureConfig::progress_timeout counts from here
 }
 
@@ -113,6 +114,7 @@ auto Context<Policies>::shard(const Split& split, std::int64_t global_batch, Sam
       mark_progress("batch # of an epoch (ctx.shard)", b);
       if (!prefetching) cursor_.reached(b);  // prefetching counts batches handed out instead
       meter_.add_samples(len * world);
+      timing_.add_samples(len);
     };
   auto view = data::batches(split, std::move(order), batch_size, first, std::move(observe), cursor_.epoch());
   // The Trainer's Sampler's batches end at the step the group agreed to stop at (every rank asks
@@ -195,6 +197,8 @@ checkpointer::Snapshot Context<Policies>::checkpoint(const Module& model, Optimi
   // The Precision policy's state (amp's GradScaler); replicated, so rank 0's.
   if constexpr (requires(const precision_state& p, torch::serialize::OutputArchive& a) { p.save(a); })
     if (world_rank() == 0) s.precision = checkpointer::detail::archive_bytes(precision_);
+  if constexpr (checkpointer::DescribedModel<Module>)
+    if (world_rank() == 0) s.model_config = checkpointer::describe_model(model);
   s.extras = std::move(extras);
   s.generator = checkpointer::detail::default_generator_state();
   if (device_.is_cuda()) s.cuda_generator = checkpointer::detail::device_generator_state(device_);
@@ -274,6 +278,7 @@ Metrics Context<Policies>::record(const Metrics& metrics) {
   row.try_emplace("epoch", cursor_.epoch());
   row.try_emplace("step", steps_);
   row.try_emplace("timestamp", unix_now());
+  timing_.fill(row, all_reduce(static_cast<double>(timing_.take_samples()), reduce::sum));
   if constexpr (precision_ops::loss_scaling) {
     row.try_emplace("skipped_steps", precision_ops::skipped_steps(precision_));
     row.try_emplace("loss_scale", precision_ops::loss_scale(precision_));

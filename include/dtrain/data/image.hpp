@@ -323,7 +323,7 @@ struct stack_images {
     return Fields{{"image", out}, {"label", labels}};
   }
 
- private:
+  /// ConfigError unless mean and std fit `channels`-channel images and every std is positive.
   void check(int channels) const {
     auto fits = [&](const std::vector<float>& v) { return v.size() == 1 || v.size() == static_cast<std::size_t>(channels); };
     if (!fits(mean) || !fits(std))

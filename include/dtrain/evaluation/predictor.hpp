@@ -6,9 +6,11 @@
 // back in the dataset's order.
 
 #include <algorithm>
+#include <concepts>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -18,6 +20,7 @@
 #include <torch/types.h>
 
 #include <dtrain/checkpointer/checkpoint.hpp>
+#include <dtrain/checkpointer/model_config.hpp>
 #include <dtrain/checkpointer/directory.hpp>
 #include <dtrain/config.hpp>
 #include <dtrain/data/collate.hpp>
@@ -71,6 +74,21 @@ class Predictions {
   std::vector<std::string> names_;
 };
 
+/// Raw inputs (texts, image files) made into a model's batch, and the class names, as a checkpoint's
+/// objects restore them (TextInputs::restore, ImageInputs::restore). One of the two is set:
+/// `tensor` for a model's forward(Tensor), `fields` for its forward(const data::Fields&).
+struct RawInputs {
+  std::function<torch::Tensor(const std::vector<std::string>&)> tensor;
+  std::function<data::Fields(const std::vector<std::string>&)> fields;
+  std::vector<std::string> class_names;
+};
+
+/// What restores RawInputs from a checkpoint (TextInputs, ImageInputs of evaluation/image_inputs.hpp).
+template <class T>
+concept InputsFromCheckpoint = requires(const T& t, const checkpointer::Checkpoint& ck) {
+  { t.restore(ck) } -> std::same_as<RawInputs>;
+};
+
 /// Which checkpoint objects turn raw text into a model's batch, for Predictor::from_checkpoint: a
 /// data::WordVocabulary and a data::LabelEncoder saved with `with_object(vocabulary, ...)` and
 /// `with_object(labels, ...)`. A text becomes the batch fields `ids` (padded) and `mask`, which the
@@ -82,6 +100,23 @@ struct TextInputs {
   std::string labels = "labels";
   std::string ids = "input_ids";
   std::string mask = "attention_mask";
+
+  /// The tokenizer (of type `Tokenizer`, as it was saved) and the label encoder of `ck`.
+  template <class Tokenizer = data::WordVocabulary>
+  RawInputs restore(const checkpointer::Checkpoint& ck) const {
+    auto tokenizer = std::make_shared<Tokenizer>();
+    data::LabelEncoder encoder;
+    ck.load_object(vocabulary, *tokenizer);
+    ck.load_object(labels, encoder);
+    RawInputs in;
+    in.class_names = encoder.classes();
+    in.fields = [tokenizer, ids = ids, mask = mask](const std::vector<std::string>& texts) {
+      std::vector<data::Fields> samples;
+      for (const auto& t : texts) samples.push_back(data::Fields{{ids, tokenizer->transform(t)}});
+      return data::pad_to_longest(ids, Tokenizer::pad_id, mask)(samples);
+    };
+    return in;
+  }
 };
 
 /// A model in evaluation mode that turns inputs into class probabilities. `Model` is a module
@@ -106,18 +141,65 @@ class Predictor {
   /// do not fit `model`; the message says which and what to pass instead.
   static Predictor from_checkpoint(const std::filesystem::path& checkpoint_dir, Model model,
                                    std::vector<std::string> class_names = {}, torch::Device device = torch::kCPU) {
-    std::error_code ec;
-    if (!std::filesystem::exists(checkpoint_dir, ec))
-      throw ConfigError("Predictor: there is no checkpoint at " + checkpoint_dir.string() +
-                        " (no such file or directory); pass a checkpoint_NNNNNN directory of a run, such as "
-                        "Result::best_checkpoint()->path(), or use Predictor::best(run directory, ...)");
-    std::string why;
-    auto ck = checkpointer::Checkpoint::open(checkpoint_dir, &why);
-    if (!ck)
-      throw ConfigError("Predictor: " + checkpoint_dir.string() + " is not a usable checkpoint: " + why +
-                        ". Pass a complete checkpoint_NNNNNN directory (its manifest.json must verify), "
-                        "or use Predictor::best(run directory, ...) to pick the best valid one");
-    return from_checkpoint(*ck, std::move(model), std::move(class_names), device);
+    return from_checkpoint(open(checkpoint_dir), std::move(model), std::move(class_names), device);
+  }
+
+  /// The model built from the checkpoint's own model_config.json (a model with `Config config;`,
+  /// checkpointer/model_config.hpp), no sizes given, and loaded. ConfigError when the checkpoint
+  /// was saved from another model type (naming both) or says nothing of its config.
+  static Predictor from_checkpoint(const std::filesystem::path& checkpoint_dir, torch::Device device = torch::kCPU) {
+    const auto ck = open(checkpoint_dir);
+    return from_checkpoint(ck, checkpointer::build_model<Model>(ck), {}, device);
+  }
+
+  /// Loads checkpoint directory `checkpoint_dir` into `model` with the preprocessing `inputs`
+  /// restores from the checkpoint's objects (TextInputs, evaluation::ImageInputs): predict(raw)
+  /// then takes raw texts or image files, and the predictions carry the saved class names.
+  template <InputsFromCheckpoint Inputs>
+  static Predictor from_checkpoint(const std::filesystem::path& checkpoint_dir, Model model, const Inputs& inputs,
+                                   torch::Device device = torch::kCPU) {
+    const auto ck = open(checkpoint_dir);
+    return with_inputs(from_checkpoint(ck, std::move(model), {}, device), inputs.restore(ck));
+  }
+  /// The same, the model built from the checkpoint's model_config.json: a checkpoint alone serves.
+  template <InputsFromCheckpoint Inputs>
+  static Predictor from_checkpoint(const std::filesystem::path& checkpoint_dir, const Inputs& inputs,
+                                   torch::Device device = torch::kCPU) {
+    const auto ck = open(checkpoint_dir);
+    return with_inputs(from_checkpoint(ck, checkpointer::build_model<Model>(ck), {}, device), inputs.restore(ck));
+  }
+
+  /// Text inputs through a tokenizer of type `Tokenizer`, as it was saved: data::WordVocabulary,
+  /// or data::SentencePieceTokenizer (`Predictor<Net>::from_checkpoint<data::SentencePieceTokenizer>(dir,
+  /// TextInputs{})`, or with a model: `(dir, Net{...}, TextInputs{})`).
+  template <class Tokenizer>
+  static Predictor from_checkpoint(const std::filesystem::path& checkpoint_dir, Model model, const TextInputs& text,
+                                   torch::Device device = torch::kCPU) {
+    const auto ck = open(checkpoint_dir);
+    return with_inputs(from_checkpoint(ck, std::move(model), {}, device), text.template restore<Tokenizer>(ck));
+  }
+  template <class Tokenizer>
+  static Predictor from_checkpoint(const std::filesystem::path& checkpoint_dir, const TextInputs& text,
+                                   torch::Device device = torch::kCPU) {
+    const auto ck = open(checkpoint_dir);
+    return with_inputs(from_checkpoint(ck, checkpointer::build_model<Model>(ck), {}, device),
+                       text.template restore<Tokenizer>(ck));
+  }
+
+  /// The predictions for raw inputs (texts, or image files' paths) through the preprocessing
+  /// restored by from_checkpoint(dir, [model,] TextInputs{} or ImageInputs{}).
+  Predictions predict(const std::vector<std::string>& raw) {
+    if constexpr (requires(Model& m, const data::Fields& f) { m->forward(f); })
+      if (raw_.fields) return predict(raw_.fields(raw));
+    if constexpr (requires(Model& m, const torch::Tensor& t) { m->forward(t); })
+      if (raw_.tensor) return predict(raw_.tensor(raw));
+    if (raw_.fields || raw_.tensor)
+      throw ConfigError(std::string("Predictor::predict(raw inputs): the restored preprocessing makes ") +
+                        (raw_.fields ? "named fields, and the model has no forward(const dtrain::data::Fields&)"
+                                     : "a tensor, and the model has no forward(const torch::Tensor&)"));
+    throw ConfigError("Predictor::predict(raw inputs): this predictor has no preprocessing for raw inputs; load it "
+                      "with Predictor::from_checkpoint(dir, dtrain::evaluation::TextInputs{}) for texts or "
+                      "(dir, dtrain::evaluation::ImageInputs{}) for image files");
   }
 
   /// Loads an opened checkpoint into `model`.
@@ -132,43 +214,15 @@ class Predictor {
     return Predictor(std::move(model), std::move(class_names), device);
   }
 
-  /// Loads checkpoint directory `checkpoint_dir` into `model` with the preprocessors that `text`
-  /// names (restored from the checkpoint's objects, covered by its manifest): predict(texts) then
-  /// takes raw strings, and the predictions carry the label encoder's class names. `Tokenizer` is
-  /// the type the tokenizer was saved from: data::WordVocabulary, or data::SentencePieceTokenizer
-  /// (`Predictor<Net>::from_checkpoint<data::SentencePieceTokenizer>(dir, Net{}, TextInputs{})`).
-  template <class Tokenizer = data::WordVocabulary>
-  static Predictor from_checkpoint(const std::filesystem::path& checkpoint_dir, Model model, const TextInputs& text,
-                                   torch::Device device = torch::kCPU) {
-    auto p = from_checkpoint(checkpoint_dir, std::move(model), std::vector<std::string>{}, device);
-    const auto ck = checkpointer::Checkpoint::open(checkpoint_dir);  // verified by the call above
-    auto tokenizer = std::make_shared<Tokenizer>();
-    data::LabelEncoder labels;
-    ck->load_object(text.vocabulary, *tokenizer);
-    ck->load_object(text.labels, labels);
-    p.names_ = labels.classes();
-    p.text_ = text;
-    p.tokenize_ = [tokenizer](const std::string& t) { return tokenizer->transform(t); };
-    p.pad_id_ = Tokenizer::pad_id;
-    return p;
-  }
-
-  /// The predictions for raw texts, through the tokenizer restored by from_checkpoint(dir,
-  /// model, TextInputs{...}).
-  Predictions predict(const std::vector<std::string>& texts) {
-    if (!tokenize_)
-      throw ConfigError("Predictor::predict(texts): this predictor has no tokenizer; load it with "
-                        "Predictor::from_checkpoint(dir, model, dtrain::evaluation::TextInputs{...})");
-    std::vector<data::Fields> samples;
-    for (const auto& t : texts) samples.push_back(data::Fields{{text_.ids, tokenize_(t)}});
-    return predict(data::pad_to_longest(text_.ids, pad_id_, text_.mask)(samples));
-  }
-
   /// Loads the best valid checkpoint of run directory `run_dir` by `config` (score_attribute and
   /// score_order, as the run's RunConfig::checkpoint). Throws ConfigError when the directory does
   /// not exist or holds no valid checkpoint.
   static Predictor best(const std::filesystem::path& run_dir, const CheckpointConfig& config, Model model,
                         std::vector<std::string> class_names = {}, torch::Device device = torch::kCPU) {
+    return from_checkpoint(best_of(run_dir, config), std::move(model), std::move(class_names), device);
+  }
+  /// The best valid checkpoint of `run_dir`; ConfigError when there is none.
+  static checkpointer::Checkpoint best_of(const std::filesystem::path& run_dir, const CheckpointConfig& config) {
     std::error_code ec;
     if (!std::filesystem::is_directory(run_dir, ec))
       throw ConfigError("Predictor::best: there is no run directory at " + run_dir.string() +
@@ -178,7 +232,14 @@ class Predictor {
       throw ConfigError("Predictor::best: " + run_dir.string() + " holds no valid checkpoint; a run saves them "
                         "with ctx.report(metrics, ctx.checkpoint(model, optimizer)) under "
                         "checkpointer::directory<>");
-    return from_checkpoint(*ck, std::move(model), std::move(class_names), device);
+    return *std::move(ck);
+  }
+
+  /// The best valid checkpoint of `run_dir` by `config`, its model built from its model_config.json.
+  static Predictor best(const std::filesystem::path& run_dir, const CheckpointConfig& config,
+                        std::vector<std::string> class_names = {}, torch::Device device = torch::kCPU) {
+    const auto ck = best_of(run_dir, config);
+    return from_checkpoint(ck, checkpointer::build_model<Model>(ck), std::move(class_names), device);
   }
 
   /// The predictions for a batch of inputs (one sample per row of the first dimension).
@@ -238,10 +299,41 @@ class Predictor {
   }
   /// The predictions for a batch of named fields: `model->forward(fields)` gives the scores.
   Predictions predict(const data::Fields& fields) { return {probabilities_of(fields), names_for(num_classes_)}; }
+  /// The predictions for a dataset's batch of inputs and targets: `model->forward(batch.data)`.
+  Predictions predict(const data::Batch& batch) { return {probabilities_of(batch), names_for(num_classes_)}; }
+
+  /// The class names the predictions carry ("0", "1", ... when none were given, once the class
+  /// count is known from a prediction).
+  std::vector<std::string> class_names() const { return names_for(num_classes_); }
+  Predictor& set_class_names(std::vector<std::string> names) {
+    names_ = std::move(names);
+    return *this;
+  }
 
   Model& model() { return model_; }
 
  private:
+  // The checkpoint at `dir`, verified; ConfigError saying what to pass instead.
+  static checkpointer::Checkpoint open(const std::filesystem::path& dir) {
+    std::error_code ec;
+    if (!std::filesystem::exists(dir, ec))
+      throw ConfigError("Predictor: there is no checkpoint at " + dir.string() +
+                        " (no such file or directory); pass a checkpoint_NNNNNN directory of a run, such as "
+                        "Result::best_checkpoint()->path(), or use Predictor::best(run directory, ...)");
+    std::string why;
+    auto ck = checkpointer::Checkpoint::open(dir, &why);
+    if (!ck)
+      throw ConfigError("Predictor: " + dir.string() + " is not a usable checkpoint: " + why +
+                        ". Pass a complete checkpoint_NNNNNN directory (its manifest.json must verify), "
+                        "or use Predictor::best(run directory, ...) to pick the best valid one");
+    return *std::move(ck);
+  }
+  static Predictor with_inputs(Predictor p, RawInputs raw) {
+    p.names_ = raw.class_names;
+    p.raw_ = std::move(raw);
+    return p;
+  }
+
   torch::Tensor probabilities_of(const data::Batch& b) { return probabilities(b.data); }
   torch::Tensor probabilities_of(const data::Fields& b) {
     if constexpr (requires(Model& m, const data::Fields& f) { m->forward(f); }) {
@@ -293,9 +385,7 @@ class Predictor {
   torch::Device device_;
   std::optional<std::int64_t> num_classes_;
   std::string label_field_ = "label";
-  TextInputs text_;
-  std::function<torch::Tensor(const std::string&)> tokenize_;  // empty: no text inputs
-  std::int64_t pad_id_ = 0;
+  RawInputs raw_;  // raw texts or image files to a batch (none: tensors and fields only)
 };
 
 /// The names of `names` (an array of string_view, such as data::FashionMnist::class_names) as

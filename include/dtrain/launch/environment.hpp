@@ -33,6 +33,9 @@ struct WorkerIdentity {
 /// Environment variables dtrain's driver sets for its workers beside torchrun's.
 inline constexpr const char* env_store_on_driver = "DTRAIN_STORE_ON_DRIVER";
 inline constexpr const char* env_attempt = "DTRAIN_ATTEMPT";
+/// The run directory of the fit() the workers were started for: a worker that runs the program
+/// from its start (not a fork) passes over the fit() calls before it (Trainer::fit).
+inline constexpr const char* env_run_path = "DTRAIN_RUN_PATH";
 
 namespace detail {
 inline std::optional<std::string> env(const char* name) {

@@ -31,7 +31,8 @@ namespace detail {
 // The history's own bookkeeping columns, time stamps and throughput (charted against time): not
 // curves by step.
 inline bool is_curve(const std::string& column) {
-  static const std::set<std::string> skip = {"iteration", "epoch", "step", "timestamp", "event", "world_size"};
+  static const std::set<std::string> skip = {"iteration", "epoch",          "step",        "timestamp",
+                                             "event",     "world_size",     "time_total_s", "time_this_iter_s"};
   return !skip.count(column) && !column.ends_with("_unix") && column.find("samples_per_s") == std::string::npos;
 }
 

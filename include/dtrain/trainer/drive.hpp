@@ -46,6 +46,7 @@ Result Trainer<Model, Dataset, Policies...>::drive(Loop& loop) {
         {"LOCAL_RANK", std::to_string(rank)}, {"LOCAL_WORLD_SIZE", std::to_string(n)},
         {"GROUP_RANK", "0"}, {"MASTER_ADDR", addr}, {"MASTER_PORT", std::to_string(store->getPort())},
         {launch::env_store_on_driver, "1"}, {launch::env_attempt, std::to_string(attempt)},
+        {launch::env_run_path, run_.path().string()},
         {"OMP_NUM_THREADS", threads}, {"OPENBLAS_NUM_THREADS", threads}};
   };
 
