@@ -9,7 +9,8 @@ one event file in <run>/tensorboard, its file_version "brain.Event:2", every sca
 metrics.csv step by step (the value as the float TensorBoard stores, the wall time as reported),
 the params as a text summary holding params.json's values; MLflow's store is written beside it
 (the composed tracker). Then `tensorboard --logdir <storage path>` on 127.0.0.1 (a free port): its
-scalars API returns the same series for the run, and its page in headless Chromium is not blank.
+scalars API returns the same series for the run, and its page in headless Chromium (charts as SVG)
+lists the run and its scalars and draws its curves.
 DTRAIN_UPDATE_DOCS=1 copies the screenshot to docs/images/tensorboard.png.
 """
 import json
@@ -53,11 +54,12 @@ def accumulate(logdir):
 
 
 # --- a run still training: the reports so far ------------------------------------------------------
-proc = start(scenarios, storage, "live", "--steps", 100000, "--every", 10, "--sleep-ms", 15)
-check(wait_for_reports(storage, "live", proc, 3), "live: three reports while it trains")
-acc = accumulate(os.path.join(storage, "live", "tensorboard"))
+live_storage = os.path.join(workdir, "live")  # apart: the server's page shows the finished run alone
+proc = start(scenarios, live_storage, "live", "--steps", 100000, "--every", 10, "--sleep-ms", 15)
+check(wait_for_reports(live_storage, "live", proc, 3), "live: three reports while it trains")
+acc = accumulate(os.path.join(live_storage, "live", "tensorboard"))
 seen = [(e.step, e.value) for e in acc.Scalars("loss")] if "loss" in acc.Tags()["scalars"] else []
-reported = [(r["step"], f32(r["loss"])) for r in rows_jsonl(os.path.join(storage, "live", "metrics.jsonl"))]
+reported = [(r["step"], f32(r["loss"])) for r in rows_jsonl(os.path.join(live_storage, "live", "metrics.jsonl"))]
 check(len(seen) >= 3 and seen == reported[:len(seen)],
       "live: EventAccumulator reads the loss reported so far while the run trains (%d points)" % len(seen))
 proc.send_signal(signal.SIGINT)
@@ -124,11 +126,30 @@ try:
     want = [[t, s, f32(v)] for s, t, v in series["loss"]]
     check(got == want, "the scalars API returns the loss of metrics.csv (%d points)" % len(want))
     shot = os.path.join(workdir, "tensorboard.png")
-    dom = chromium(base + "/#timeseries", shot, budget_ms=30000)
-    check("finished/tensorboard" in dom, "the page lists the run")
+    # forceSVG: the charts drawn as SVG, not WebGL (headless Chromium here has no GPU), so that the
+    # DOM holds each curve as a path with its run's colour.
+    from PIL import Image
+
+    def curves(dom):  # [(vertices, (r, g, b))] of the charts' series paths
+        return [(len(d.split("L")), tuple(int(c) for c in rgb.split(",")))
+                for d, rgb in re.findall(r'<path[^>]* d="M([^"]*)" style="fill: none; stroke: rgb\(([\d, ]+)\)', dom)]
+
+    def pixels(png, rgb):
+        return sum(n for n, c in Image.open(png).convert("RGB").getcolors(1 << 20)
+                   if all(abs(a - b) < 16 for a, b in zip(c, rgb)))
+
+    for attempt in range(1, 6):  # the charts load after the page: a screenshot taken early is taken again
+        dom = chromium(base + "/?forceSVG=true&smoothing=0#timeseries", shot, budget_ms=30000)
+        drawn = curves(dom)
+        colour = drawn[0][1] if drawn else (-100, -100, -100)
+        if drawn and pixels(shot, colour) > 600:
+            break
+    check("finished/tensorboard" in dom and all(k in dom for k in series), "the page lists the run and its scalars")
+    check(any(n == len(series["loss"]) for n, _ in drawn), "a curve passes through the loss's %d points (paths: %s)" % (
+        len(series["loss"]), [n for n, _ in drawn]))
     share, colours, _ = not_blank(shot)
-    check(share > 0.02 and colours > 16, "the page's screenshot is not blank (%.1f%% drawn, %d colours)" % (
-        100 * share, colours))
+    check(share > 0.02 and pixels(shot, colour) > 600, "the page's screenshot shows the run's curves (%d pixels of "
+          "its colour %s, %.1f%% drawn; Chromium run %d)" % (pixels(shot, colour), colour, 100 * share, attempt))
     if os.environ.get("DTRAIN_UPDATE_DOCS") == "1":
         docs = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "images")
         shutil.copyfile(shot, os.path.join(docs, "tensorboard.png"))
