@@ -71,7 +71,11 @@ check(code == 0 and "status=finished" in out, "finished: the run finishes")
 run_dir = os.path.join(storage, "finished")
 logdir = os.path.join(run_dir, "tensorboard")
 files = sorted(os.listdir(logdir)) if os.path.isdir(logdir) else []
-check(len(files) == 1 and files[0].startswith("events.out.tfevents."), "one event file: %s" % files)
+outcome = json.load(open(os.path.join(run_dir, "outcome.json")))
+start_ms = round(outcome["start_time"] * 1000)
+check(len(files) == 1 and re.fullmatch(r"events\.out\.tfevents\.%d\..+\.%03d" % (start_ms // 1000, start_ms % 1000),
+                                       files[0]) is not None,
+      "one event file, events.out.tfevents.<start s>.<host>.<ms>: %s" % files)
 check(os.path.isdir(os.path.join(storage, "mlruns")), "tracker::mlflow<>'s store is written too (composed)")
 acc = accumulate(logdir)
 first = next(iter(event_file_loader.EventFileLoader(os.path.join(logdir, files[0])).Load()), None) if files else None
@@ -102,6 +106,14 @@ check(table == want and len(want) > 20, "the params table is params.json flatten
     len(want), sorted(k for k in set(want) | set(table) if want.get(k) != table.get(k))[:5]))
 check("text" in acc.PluginTagToContent("text") or "params" in acc.PluginTagToContent("text"),
       "the params summary is the Text plugin's")
+
+# --- a second fit() of the name (it resumes from its last checkpoint): a second file -----------------
+code, out, err = run(scenarios, storage, "finished", "--steps", 60, "--every", 10, "--sleep-ms", 0)
+again = sorted(os.listdir(logdir))
+check(code == 0 and len(again) == 2 and files[0] in again, "a re-run of the name adds a second event file: %s" % again)
+acc = accumulate(logdir)
+check("loss" in acc.Tags()["scalars"] and [e.step for e in acc.Scalars("loss")][:len(series["loss"])] ==
+      [s for s, _, _ in series["loss"]], "EventAccumulator reads both files, the first run's loss first")
 
 # --- tensorboard's server: the scalars API and the page -----------------------------------------------
 port = free_port()

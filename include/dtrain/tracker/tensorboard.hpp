@@ -4,7 +4,7 @@
 // tracker::mlflow<>'s), and the run as TensorBoard event files, so that
 // `tensorboard --logdir <storage path>` shows every run of a storage path side by side.
 //
-// <run directory>/tensorboard/events.out.tfevents.<start time, s>.<host>   one file per fit()
+// <run directory>/tensorboard/events.out.tfevents.<start time, s>.<host>.<its ms>   one per fit()
 //
 // An event file is a sequence of TFRecords: uint64 length, uint32 masked CRC32C of those 8 bytes,
 // the data, uint32 masked CRC32C of the data (little endian). Each record's data is a serialized
@@ -166,17 +166,25 @@ inline std::string host() {
   return h;
 }
 
-/// "events.out.tfevents.<start s>." : the prefix of the run's event file, whatever its host.
-inline std::string prefix(const tracking::RunRecord& run) {
-  return "events.out.tfevents." + std::to_string(static_cast<std::int64_t>(run.outcome.value("start_time", 0.0))) + ".";
+/// The run's event file is "events.out.tfevents.<start s>.<host>.<start ms, 3 digits>": the
+/// prefix and suffix name one fit() (two of one name in one second apart), whatever the host that
+/// rank 0's worker runs on.
+inline std::pair<std::string, std::string> name_parts(const tracking::RunRecord& run) {
+  const auto ms = static_cast<std::int64_t>(std::llround(run.outcome.value("start_time", 0.0) * 1000.0));
+  char frac[8];
+  std::snprintf(frac, sizeof frac, ".%03d", static_cast<int>(ms % 1000));
+  return {"events.out.tfevents." + std::to_string(ms / 1000) + ".", frac};
 }
 
 /// The run's event file, as start() named it; empty when start() did not create one.
-inline fs::path find_file(const fs::path& dir, const std::string& prefix) {
+inline fs::path find_file(const fs::path& dir, const std::pair<std::string, std::string>& parts) {
+  const auto& [prefix, suffix] = parts;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const auto name = it->path().filename().string();
-    if (name.rfind(prefix, 0) == 0 && name.find(".tmp") == std::string::npos) return it->path();
+    if (name.size() > prefix.size() + suffix.size() && name.rfind(prefix, 0) == 0 &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return it->path();
   }
   return {};
 }
@@ -202,7 +210,7 @@ struct tensorboard {
 
   /// The run's event file (start() created it); empty when there is none.
   static std::filesystem::path event_file(const tracking::RunRecord& run) {
-    return tensorboard_detail::find_file(log_directory(run.path), tensorboard_detail::prefix(run));
+    return tensorboard_detail::find_file(log_directory(run.path), tensorboard_detail::name_parts(run));
   }
 
   static void start(const tracking::RunRecord& run) {
@@ -239,7 +247,7 @@ struct tensorboard {
     const auto dir = log_directory(run.path);
     std::filesystem::create_directories(dir);
     auto file = event_file(run);
-    if (file.empty()) file = dir / (td::prefix(run) + td::host());
+    if (file.empty()) file = dir / (td::name_parts(run).first + td::host() + td::name_parts(run).second);
     const double start_s = run.outcome.value("start_time", 0.0);
     std::string bytes = td::record(td::event(start_s, 0, td::bytes_field(3, "brain.Event:2")));
     bytes += td::summary_event(start_s, 0, {td::text_value("params", td::params_table(run.params))});
