@@ -245,7 +245,12 @@ struct tensorboard {
   static void write(const tracking::RunRecord& run, bool history) {
     namespace td = tensorboard_detail;
     const auto dir = log_directory(run.path);
-    std::filesystem::create_directories(dir);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec || !std::filesystem::is_directory(dir))
+      throw Error("tracker::tensorboard: " + dir.string() + " cannot be made a directory (" +
+                  (ec ? ec.message() : std::string("a file is in the way")) +
+                  "); the event files go there. Check that the run directory is writable");
     auto file = event_file(run);
     if (file.empty()) file = dir / (td::name_parts(run).first + td::host() + td::name_parts(run).second);
     const double start_s = run.outcome.value("start_time", 0.0);
