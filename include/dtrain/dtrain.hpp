@@ -36,6 +36,7 @@
 #include <dtrain/tracker/directory.hpp>
 #include <dtrain/tracker/mlflow.hpp>
 #include <dtrain/tracker/none.hpp>
+#include <dtrain/tracker/tensorboard.hpp>
 #include <dtrain/tracking/progress.hpp>
 #include <dtrain/tracking/record.hpp>
 #include <dtrain/tracking/report.hpp>

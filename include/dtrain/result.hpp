@@ -301,7 +301,7 @@ struct Result {
     if (!outcome.is_object())
       throw Error(dir.outcome().string() + " is missing: " + run_dir.string() +
                   " is not a run directory written by fit() with a Tracker that records the outcome "
-                  "(tracker::directory or tracker::mlflow<>)");
+                  "(tracker::directory, tracker::mlflow<> or tracker::tensorboard<>)");
     CheckpointConfig config;
     if (auto params = detail::read_json(dir.params()); params.is_object() && params.contains("checkpoint")) {
       const auto& c = params.at("checkpoint");

@@ -17,6 +17,7 @@
 //   outcome.json       running / finished / failed (with the cause), restarts and their causes
 //   report.html        the self-contained HTML report
 //   ../mlruns/         under tracker::mlflow<>: MLflow's file store, one per storage path
+//   tensorboard/       under tracker::tensorboard<>: TensorBoard's event files
 //
 // docs/run-directory.md describes each file's fields for readers in other languages.
 

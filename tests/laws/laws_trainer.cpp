@@ -27,6 +27,12 @@ TEST_CASE("tracker directory: called directly", "[laws][tracker]") {
 TEST_CASE("tracker mlflow: called directly", "[laws][tracker]") {
   dtrain_laws::tracker::check_calls<dtrain::tracker::mlflow<>>();
 }
+TEST_CASE("tracker tensorboard: called directly", "[laws][tracker]") {
+  dtrain_laws::tracker::check_calls<dtrain::tracker::tensorboard<>>();
+}
+TEST_CASE("tracker tensorboard over mlflow: called directly", "[laws][tracker]") {
+  dtrain_laws::tracker::check_calls<dtrain::tracker::tensorboard<dtrain::tracker::mlflow<>>>();
+}
 TEST_CASE("tracker none: called directly", "[laws][tracker]") { dtrain_laws::tracker::check_calls<dtrain::tracker::none>(); }
 
 TEST_CASE("tracker directory: started once and ended once by the driver", "[laws][tracker]") {
@@ -34,6 +40,12 @@ TEST_CASE("tracker directory: started once and ended once by the driver", "[laws
 }
 TEST_CASE("tracker mlflow: started once and ended once by the driver", "[laws][tracker]") {
   dtrain_laws::tracker::check_driven<dtrain::tracker::mlflow<>>();
+}
+TEST_CASE("tracker tensorboard: started once and ended once by the driver", "[laws][tracker]") {
+  dtrain_laws::tracker::check_driven<dtrain::tracker::tensorboard<>>();
+}
+TEST_CASE("tracker tensorboard over mlflow: started once and ended once by the driver", "[laws][tracker]") {
+  dtrain_laws::tracker::check_driven<dtrain::tracker::tensorboard<dtrain::tracker::mlflow<>>>();
 }
 TEST_CASE("tracker none: started once and ended once by the driver", "[laws][tracker]") {
   dtrain_laws::tracker::check_driven<dtrain::tracker::none>();

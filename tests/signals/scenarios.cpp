@@ -52,8 +52,12 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
+// tests/tools builds this file again with DTRAIN_SCENARIO_TRACKER=tracker::tensorboard<tracker::mlflow<>>.
+#ifndef DTRAIN_SCENARIO_TRACKER
+#define DTRAIN_SCENARIO_TRACKER dtrain::tracker::mlflow<>
+#endif
 using Trainer = dtrain::Trainer<torch::nn::Linear, dtrain::data::TensorDataset, dtrain::checkpointer::directory<>,
-                                dtrain::tracker::mlflow<>>;
+                                DTRAIN_SCENARIO_TRACKER>;
 
 void print(const char* label, const dtrain::Result& r) {
   std::cout << label << " status=" << r.status << " restarts=" << r.restarts << " rows=" << r.metrics_history.size()

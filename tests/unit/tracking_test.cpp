@@ -24,6 +24,7 @@
 #include <dtrain/evaluation/predictor.hpp>
 #include <dtrain/tracker/mlflow.hpp>
 #include <dtrain/tracker/none.hpp>
+#include <dtrain/tracker/tensorboard.hpp>
 #include <dtrain/tracking/progress.hpp>
 #include <dtrain/tracking/report.hpp>
 #include <dtrain/tracking/report_timing.hpp>
@@ -345,6 +346,7 @@ TEST_CASE("tracker::mlflow<>: a failed run's meta.yaml, metrics, params and tags
   CHECK(rdir.parent_path() == dir / "mlruns" / experiment);
   CHECK(slurp(dir / "mlruns" / experiment / "meta.yaml").find("name: 'r'\n") != std::string::npos);
   CHECK(slurp(dir / "mlruns" / experiment / "meta.yaml").find("experiment_id: '" + experiment + "'\n") != std::string::npos);
+  CHECK(slurp(dir / "mlruns" / experiment / "tags" / "mlflow.experimentKind") == "custom_model_development");
   CHECK_FALSE(std::filesystem::exists(dir / "r" / "mlruns"));
   CHECK(std::filesystem::exists(rdir / "artifacts" / "report.html"));
   CHECK(slurp(dir / "r" / "outcome.json").find("\"status\": \"failed\"") != std::string::npos);
@@ -544,4 +546,95 @@ TEST_CASE("BatchPredictConfig: bad values are clear errors before any worker sta
   CHECK_THROWS_MATCHES((C{.output = "out", .batch = 7, .part_size = 50}).validate(), d::ConfigError,
                        MessageContains({"part_size must be a positive multiple of batch (7), got 50", "e.g. 49"}));
   CHECK(C{.output = "o", .format = d::evaluation::PredictionFormat::jsonl}.extension() == ".jsonl");
+}
+
+namespace {
+
+/// The records of a TFRecord file, each checked: its length's and its data's masked CRC32C.
+std::vector<std::string> tf_records(const std::filesystem::path& file) {
+  namespace td = d::tracker::tensorboard_detail;
+  const std::string bytes = slurp(file);
+  std::vector<std::string> out;
+  auto little = [&](std::size_t at, int n) {  // n bytes, little endian
+    std::uint64_t v = 0;
+    for (int i = n - 1; i >= 0; --i) v = v << 8 | static_cast<unsigned char>(bytes.at(at + i));
+    return v;
+  };
+  auto u64 = [&](std::size_t at) { return little(at, 8); };
+  auto u32 = [&](std::size_t at) { return static_cast<std::uint32_t>(little(at, 4)); };
+  for (std::size_t at = 0; at < bytes.size();) {
+    REQUIRE(at + 12 <= bytes.size());
+    const auto n = u64(at);
+    REQUIRE(u32(at + 8) == td::masked_crc(bytes.substr(at, 8)));
+    REQUIRE(at + 12 + n + 4 <= bytes.size());
+    out.push_back(bytes.substr(at + 12, n));
+    REQUIRE(u32(at + 12 + n) == td::masked_crc(out.back()));
+    at += 12 + n + 4;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("tracker::tensorboard<>: CRC32C, the protobuf encoding and TFRecord framing", "[tracking][tensorboard]") {
+  namespace td = d::tracker::tensorboard_detail;
+  CHECK(td::crc32c("123456789") == 0xE3069283u);  // the CRC-32C check value
+  CHECK(td::crc32c("") == 0u);
+  CHECK(td::varint(0) == std::string(1, '\0'));
+  CHECK(td::varint(300) == "\xAC\x02");
+  CHECK(td::int_field(2, -1).size() == 11);  // a negative int64 is 10 bytes after its key
+  CHECK(td::double_field(1, 1.0) == std::string("\x09\x00\x00\x00\x00\x00\x00\xF0\x3F", 9));
+  CHECK(td::float_field(2, 1.0f) == std::string("\x15\x00\x00\x80\x3F", 5));
+  CHECK(td::bytes_field(3, "ab") == "\x1A\x02" "ab");
+  const auto rec = td::record("xyz");
+  CHECK(rec.size() == 8 + 4 + 3 + 4);
+}
+
+TEST_CASE("tracker::tensorboard<>: the event file of a run, live and at its end", "[tracking][tensorboard]") {
+  namespace td = d::tracker::tensorboard_detail;
+  TempDir dir;
+  auto run = sample_run(dir / "r", "finished");
+  const auto history = run.history;
+  run.history = {};
+  using tb = d::tracker::tensorboard<>;
+  // Before start() there is no event file to append to (a worker under an external launcher).
+  tb::report(run, history.rows().front());
+  CHECK_FALSE(std::filesystem::exists(dir / "r" / "tensorboard"));
+  tb::start(run);
+  CHECK(std::filesystem::exists(dir / "r" / "params.json"));  // tracker::directory's files too
+  const auto file = tb::event_file(run);
+  REQUIRE_FALSE(file.empty());
+  CHECK(file.parent_path() == dir / "r" / "tensorboard");
+  CHECK(file.filename().string().rfind("events.out.tfevents.999.", 0) == 0);
+  CHECK(file.filename().string().size() > 4);
+  CHECK(file.filename().string().substr(file.filename().string().size() - 4) == ".500");
+  auto records = tf_records(file);
+  REQUIRE(records.size() == 2);
+  CHECK(records[0] == td::double_field(1, 999.5) + td::int_field(2, 0) + td::bytes_field(3, "brain.Event:2"));
+  CHECK(records[1].find("| train_loop_config.model | mlp |") != std::string::npos);
+  for (const auto& row : history.rows()) tb::report(run, row);
+  records = tf_records(file);
+  REQUIRE(records.size() == 5);
+  // The first report: wall time 1001, step 10; scalars a<b, epoch, loss (not iteration, note, step, timestamp).
+  CHECK(records[2] == td::double_field(1, 1001.0) + td::int_field(2, 10) +
+                          td::bytes_field(5, td::bytes_field(1, td::scalar_value("a<b", 0.5)) +
+                                                 td::bytes_field(1, td::scalar_value("epoch", 0)) +
+                                                 td::bytes_field(1, td::scalar_value("loss", 1.0))));
+  run.history = history;
+  tb::end(run);
+  const auto final_records = tf_records(file);
+  REQUIRE(final_records.size() == 6);  // version, params, 3 reports, the evaluation
+  CHECK(std::vector<std::string>(final_records.begin(), final_records.begin() + 5) == records);
+  CHECK(final_records[5].find(td::scalar_value("test/accuracy", 0.75)) != std::string::npos);
+  CHECK(final_records[5].find(td::int_field(2, 30)) != std::string::npos);  // at the last step
+  CHECK(std::distance(std::filesystem::directory_iterator(dir / "r" / "tensorboard"), {}) == 1);  // no .tmp left
+}
+
+TEST_CASE("tracker::tensorboard<>: a run directory where the event files cannot go", "[tracking][tensorboard]") {
+  TempDir dir;
+  const auto run = sample_run(dir / "r", "running");
+  std::ofstream(dir / "r" / "tensorboard") << "a file in the way";
+  CHECK_THROWS_MATCHES(d::tracker::tensorboard<>::start(run), d::Error,
+                       MessageContains({"tracker::tensorboard", "tensorboard cannot be made a directory",
+                                        "Check that the run directory is writable"}));
 }

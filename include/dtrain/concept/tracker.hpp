@@ -28,7 +28,8 @@ DTRAIN_NAMESPACE_BEGIN
 /// - start before end, end exactly once, and nothing written after end;
 /// - end() may follow a start() no reader saw (a crash in between leaves outcome "running").
 ///
-/// Models: tracker::directory, tracker::mlflow<>, tracker::none.
+/// Models: tracker::directory, tracker::mlflow<>, tracker::tensorboard<Base> (Base's files and
+/// TensorBoard's event files: tracker::tensorboard<tracker::mlflow<>> writes all three), tracker::none.
 template <class T>
 concept TrackerPolicy = PolicyOf<T, category::tracker> && requires(const tracking::RunRecord& run) {
   T::start(run);

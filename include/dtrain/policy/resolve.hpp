@@ -96,8 +96,9 @@ constexpr bool checked_one_per_category() {
                 "(precision::fp32, precision::amp<bf16> or precision::amp<fp16>).");
   static_assert(count<category::tracker, Ps...> <= 1,
                 "dtrain::Trainer: more than one Tracker policy given; keep exactly one "
-                "(tracker::directory, tracker::mlflow<> or tracker::none). tracker::mlflow<> writes "
-                "tracker::directory's files too.");
+                "(tracker::directory, tracker::mlflow<>, tracker::tensorboard<> or tracker::none). "
+                "tracker::mlflow<> writes tracker::directory's files too; for MLflow and TensorBoard "
+                "both, write tracker::tensorboard<tracker::mlflow<>>.");
   return (count<category::backend, Ps...> <= 1) && (count<category::sampler, Ps...> <= 1) &&
          (count<category::checkpointer, Ps...> <= 1) && (count<category::strategy, Ps...> <= 1) &&
          (count<category::precision, Ps...> <= 1) && (count<category::tracker, Ps...> <= 1);

@@ -10,6 +10,7 @@
 //   .trash/
 //   <experiment_id>/meta.yaml          artifact_location, creation_time, experiment_id,
 //                                      last_update_time, lifecycle_stage, name
+//   <experiment_id>/tags/mlflow.experimentKind   custom_model_development (MLflow 3's UI)
 //   <experiment_id>/<run_id>/meta.yaml artifact_uri, end_time, entry_point_name, experiment_id,
 //                                      lifecycle_stage, run_id, run_name, run_uuid, source_name,
 //                                      source_type, source_version, start_time, status, tags,
@@ -176,6 +177,10 @@ struct mlflow {
                          "last_update_time: " + std::to_string(start_ms) + "\n" +
                          "lifecycle_stage: active\n" +
                          "name: " + md::quoted(ExperimentId == 0 ? "Default" : run.name()) + "\n");
+    // MLflow 3's UI takes an experiment without this tag for a GenAI one (its runs listed as
+    // "Evaluation runs"): say it is model training.
+    if (!std::filesystem::exists(experiment / "tags" / "mlflow.experimentKind"))
+      md::write_text(experiment / "tags" / "mlflow.experimentKind", "custom_model_development");
     for (const char* sub : {"metrics", "params", "artifacts", "tags"}) std::filesystem::create_directories(dir / sub);
     write_meta(run, md::run_status::running, std::nullopt);
     std::vector<std::pair<std::string, std::string>> params;
