@@ -44,7 +44,8 @@ namespace launch {
 class Store : public c10d::Store {
  public:
   /// Connects to the store at `addr`:`port`, retrying until `timeout` (the server may not listen
-  /// yet), and proves `secret`. Throws RendezvousError when it cannot, saying why.
+  /// yet), and proves `secret`. Throws RendezvousError when what listens there is not dtrain's store
+  /// or refuses `secret`, std::runtime_error when nothing answers within `timeout`.
   Store(std::string addr, int port, std::optional<std::string> secret, std::chrono::milliseconds timeout)
       : c10d::Store(timeout), addr_(std::move(addr)), port_(port), secret_(std::move(secret)) {
     connect();
@@ -235,7 +236,7 @@ class Store : public c10d::Store {
       const auto why = try_connect(left);
       if (!why) return;
       if (std::chrono::steady_clock::now() + pause > deadline)
-        throw RendezvousError("could not reach the rendezvous store at " + where() + " within " +
+        throw std::runtime_error("could not reach the rendezvous store at " + where() + " within " +
                               std::to_string(timeout_.count()) + " ms (" + *why + ")");
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::milliseconds(500));
