@@ -21,6 +21,9 @@
 //
 // docs/run-directory.md describes each file's fields for readers in other languages.
 
+#include <sys/stat.h>
+#include <sys/types.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -37,6 +40,14 @@
 #include <dtrain/error.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
+
+/// Adds "others may not write" to this process's umask (022 and 077 stay; 000 becomes 002), so that
+/// no directory or file of a run (checkpoints, records, shared-memory segments) is world-writable,
+/// whatever umask the run was started under. fit() calls it first, on the driver and every worker.
+inline void deny_world_write() {
+  const ::mode_t old = ::umask(0);
+  ::umask(old | S_IWOTH);
+}
 
 class RunDirectory {
  public:

@@ -96,6 +96,7 @@ class Trainer {
       throw ConfigError("RunConfig::resume_from is set but the Trainer's Checkpointer is checkpointer::none, "
                         "which neither writes nor reads checkpoints; add dtrain::checkpointer::directory<> "
                         "to the Trainer's policies");
+    deny_world_write();  // nothing of the run world-writable, whatever the umask (docs/security.md)
     if (auto who = launch::detect_worker()) {
       // A worker of a later fit() of this program (a training, then batch inference), started
       // anew, passes over this one: its run ended before the driver went on.

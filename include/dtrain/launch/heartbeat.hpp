@@ -31,7 +31,7 @@
 #include <thread>
 #include <vector>
 
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <dtrain/error.hpp>
 #include <dtrain/launch/environment.hpp>
@@ -141,12 +141,7 @@ class Heartbeat {
     ::gethostname(host, sizeof host - 1);
     store.set(key(who.attempt, detail::rank_key("host", who.rank)),
               to_bytes(std::string(host) + " (pid " + std::to_string(::getpid()) + ")"));
-    c10d::TCPStoreOptions o;
-    o.port = static_cast<std::uint16_t>(who.master_port);
-    o.isServer = false;
-    o.waitWorkers = false;
-    o.timeout = std::max(shortest, std::chrono::milliseconds(1000));
-    beat_store_ = c10::make_intrusive<c10d::TCPStore>(who.master_addr, o);
+    beat_store_ = store_client(who, std::max(shortest, std::chrono::milliseconds(1000)));
     const auto now = std::chrono::steady_clock::now();
     for (auto& b : beats_) b.since = now;
     thread_ = std::thread([this] { beat(); });
@@ -264,7 +259,7 @@ class Heartbeat {
   WorkerIdentity who_;
   std::chrono::milliseconds timeout_, progress_timeout_;
   std::chrono::milliseconds interval_{1000}, watch_interval_{1000};
-  c10::intrusive_ptr<c10d::TCPStore> beat_store_;
+  c10::intrusive_ptr<c10d::Store> beat_store_;
   std::vector<detail::Sighting> beats_;
   std::vector<detail::ProgressSighting> progress_;
   std::int64_t progress_base_, collective_base_;

@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// Rendezvous over c10d's TCPStore: the driver (or rank 0) hosts it; every worker announces itself
-// and waits for the rest, with a deadline and an error that names the ranks that never came.
+// Rendezvous over dtrain's store (store.hpp; c10d's TCPStore under torchrun, whose agent hosts
+// it): the driver (or rank 0) hosts it; every worker announces itself and waits for the rest, with
+// a deadline and an error that names the ranks that never came.
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +24,7 @@
 
 #include <dtrain/error.hpp>
 #include <dtrain/launch/environment.hpp>
+#include <dtrain/launch/store.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -60,6 +65,27 @@ inline void check_local_address(const std::string& addr) {
                           "to this host's name or address, or unset it");
 }
 
+/// Whether `addr` is a host name (not an address) that resolves to loopback addresses only
+/// (127.0.0.0/8, ::1) here.
+inline bool name_resolves_to_loopback(const std::string& addr) {
+  in6_addr literal{};
+  if (::inet_pton(AF_INET, addr.c_str(), &literal) == 1 || ::inet_pton(AF_INET6, addr.c_str(), &literal) == 1)
+    return false;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(addr.c_str(), nullptr, &hints, &found) != 0) return false;
+  bool all = found != nullptr;
+  for (auto* a = found; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET)
+      all = all && (ntohl(reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr.s_addr) >> 24) == 127;
+    else if (a->ai_family == AF_INET6)
+      all = all && IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr);
+  }
+  ::freeaddrinfo(found);
+  return all;
+}
+
 /// While it lives, c10's log level lets only fatal messages through: c10d logs a failed bind or
 /// connect (two warnings and an error, through glog) before it throws, and dtrain's error then
 /// says it all, naming the port and the fix. c10d's messages obey FLAGS_caffe2_log_level in
@@ -78,48 +104,68 @@ class QuietC10dLog {
   int saved_;
 };
 
-/// Hosts a TCPStore on `port` (0: a free port the kernel picks) at `addr`, which must be this
-/// host's. Throws RendezvousError when the port cannot be listened on, naming it.
-inline c10::intrusive_ptr<c10d::TCPStore> host_store(const std::string& addr, int port,
-                                                     std::chrono::milliseconds timeout) {
+/// Hosts dtrain's store (store.hpp) on `port` (0: a free port the kernel picks) at exactly `addr`,
+/// which must be this host's; with a `secret`, only clients that prove it count. Throws
+/// RendezvousError when the port cannot be listened on, naming it.
+inline c10::intrusive_ptr<Store> host_store(const std::string& addr, int port, std::chrono::milliseconds timeout,
+                                            std::optional<std::string> secret = std::nullopt) {
   if (port < 0 || port > 65535)
     throw ConfigError("MASTER_PORT=" + std::to_string(port) + " is not a port (1-65535)");
   check_local_address(addr);
-  c10d::TCPStoreOptions o;
-  o.port = static_cast<std::uint16_t>(port);
-  o.isServer = true;
-  o.waitWorkers = false;
-  o.timeout = timeout;
-  try {
-    QuietC10dLog quiet;
-    return c10::make_intrusive<c10d::TCPStore>(addr, o);
-  } catch (const std::exception& e) {
-    throw RendezvousError("cannot host the rendezvous store on port " + std::to_string(port) +
-                          ": the port is in use or not ours to take (" + std::string(e.what()).substr(0, 300) +
-                          "). Choose another MASTER_PORT, or unset it and dtrain picks a free port.");
-  }
+  return Store::host(addr, port, std::move(secret), timeout);
 }
 
-/// The store this worker uses: a client of the driver's or of torchrun's agent's (its static
-/// rendezvous hosts one on MASTER_PORT), or under another launcher hosted by rank 0 at
-/// MASTER_ADDR:MASTER_PORT as torch's env:// does.
-inline c10::intrusive_ptr<c10d::Store> connect_store(const WorkerIdentity& w,
-                                                     std::chrono::milliseconds timeout) {
-  if (!w.store_on_driver && !w.store_on_agent && w.rank == 0) return host_store(w.master_addr, w.master_port, timeout);
-  c10d::TCPStoreOptions o;
-  o.port = static_cast<std::uint16_t>(w.master_port);
-  o.isServer = false;
-  o.waitWorkers = false;
-  o.timeout = timeout;
+/// A new client connection to the run's store: c10d's TCPStore when torchrun's agent hosts it
+/// (the agent's store is c10d's: dtrain cannot add a secret to it; docs/security.md), dtrain's own
+/// store otherwise, proving the run secret the environment gives (DTRAIN_RUN_SECRET or
+/// DTRAIN_RUN_SECRET_FILE) when it gives one.
+inline c10::intrusive_ptr<c10d::Store> store_client(const WorkerIdentity& w, std::chrono::milliseconds timeout) {
   try {
+    if (!w.store_on_agent) return c10::make_intrusive<Store>(w.master_addr, w.master_port, run_secret_from_environment(), timeout);
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<std::uint16_t>(w.master_port);
+    o.isServer = false;
+    o.waitWorkers = false;
+    o.timeout = timeout;
     QuietC10dLog quiet;
     return c10::make_intrusive<c10d::TCPStore>(w.master_addr, o);
+  } catch (const ConfigError&) {  // a bad secret file
+    throw;
+  } catch (const RendezvousError&) {  // not dtrain's store there, or it refused this process's secret
+    throw;
   } catch (const std::exception& e) {
     throw RendezvousError("rank " + std::to_string(w.rank) + " could not reach the rendezvous store at " +
                           w.master_addr + ":" + std::to_string(w.master_port) + " within " +
                           std::to_string(timeout.count()) + " ms (" + std::string(e.what()).substr(0, 300) +
                           "); check MASTER_ADDR and MASTER_PORT and that rank 0 is running");
   }
+}
+
+/// The store this worker uses: a client of the driver's or of torchrun's agent's (its static
+/// rendezvous hosts one on MASTER_PORT), or under another launcher hosted by rank 0 at
+/// MASTER_ADDR:MASTER_PORT as torch's env:// does (dtrain's store, bound to that address only).
+inline c10::intrusive_ptr<c10d::Store> connect_store(const WorkerIdentity& w,
+                                                     std::chrono::milliseconds timeout) {
+  if (!w.store_on_driver && !w.store_on_agent && w.rank == 0) {
+    auto secret = run_secret_from_environment();
+    if (!secret && w.local_world_size < w.world_size)
+      std::fprintf(stderr, "dtrain: the rendezvous store at %s:%d admits any client that reaches it: set "
+                   "DTRAIN_RUN_SECRET_FILE (or DTRAIN_RUN_SECRET) for every process of a run across hosts "
+                   "(docs/security.md)\n", w.master_addr.c_str(), w.master_port);
+    // Debian's /etc/hosts names the host 127.0.1.1: the other hosts resolve the name to its network
+    // address, and reach the store there only if it listens on every address, as c10d's did.
+    // (An address, 127.0.0.1 itself, is taken as written: it is what the other ranks were given.)
+    std::string listen_on = w.master_addr;
+    if (w.local_world_size < w.world_size && name_resolves_to_loopback(w.master_addr)) {
+      std::fprintf(stderr, "dtrain: MASTER_ADDR=%s is a loopback address on this host while ranks run on other "
+                   "hosts: the rendezvous store listens on every address of this host; name this host's network "
+                   "address in MASTER_ADDR (or in /etc/hosts) to keep it to one (docs/security.md)\n",
+                   w.master_addr.c_str());
+      listen_on = "0.0.0.0";
+    }
+    return host_store(listen_on, w.master_port, timeout, std::move(secret));
+  }
+  return store_client(w, timeout);
 }
 
 /// Announces this rank and waits until all `world_size` ranks have, or throws RendezvousError naming

@@ -24,7 +24,10 @@ Result Trainer<Model, Dataset, Policies...>::drive(Loop& loop) {
   remove_unfinished_writes();
   const auto addr = launch::detail::env("MASTER_ADDR").value_or("127.0.0.1");
   const int port = launch::master_port(0);
-  auto store = launch::host_store(addr, port, run_.rendezvous_timeout);
+  // Only this run's processes count in its store: the workers get the secret in their environment
+  // (one the user gave, for launchers, or a fresh one). docs/security.md.
+  const auto secret = launch::run_secret_from_environment().value_or(launch::make_run_secret());
+  auto store = launch::host_store(addr, port, run_.rendezvous_timeout, secret);
 
   // A resume_from that cannot be used fails here, before any worker starts.
   if constexpr (persists) {
@@ -47,6 +50,7 @@ Result Trainer<Model, Dataset, Policies...>::drive(Loop& loop) {
         {"GROUP_RANK", "0"}, {"MASTER_ADDR", addr}, {"MASTER_PORT", std::to_string(store->getPort())},
         {launch::env_store_on_driver, "1"}, {launch::env_attempt, std::to_string(attempt)},
         {launch::env_run_path, run_.path().string()},
+        {launch::env_run_secret, secret},
         {"OMP_NUM_THREADS", threads}, {"OPENBLAS_NUM_THREADS", threads}};
   };
 
