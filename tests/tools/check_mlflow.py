@@ -183,8 +183,12 @@ try:
                    if abs(r_ - 34) < 12 and abs(g_ - 114) < 12 and abs(b_ - 180) < 12)
 
     # The charts load after the page: a screenshot or DOM taken while they still spin is taken again.
+    # MLflow draws only the charts in view: the window is tall enough for every metric's (three a
+    # row; every report carries 7 numeric metrics here, the timing columns among them).
+    rows = (len(series) + 2) // 3
     for attempt in range(1, 6):
-        dom = chromium(page + "/model-metrics?workflowType=machine_learning", shot_chart, budget_ms=60000)
+        dom = chromium(page + "/model-metrics?workflowType=machine_learning", shot_chart,
+                       size="1400,%d" % (400 + 420 * rows), budget_ms=60000)
         stroke = stroke_pixels(shot_chart)
         if stroke > 500 and 'class="js-line"' in dom:
             break
