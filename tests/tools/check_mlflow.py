@@ -27,7 +27,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tool_checks import (check, chromium, csv_series, finish, flatten, free_port, jsonl_series, not_blank, require_venv, rows_jsonl, run,
+from tool_checks import (check, render, csv_series, finish, flatten, free_port, jsonl_series, not_blank, require_venv, rows_jsonl, run,
                          start, wait_for_reports)
 
 os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # MLflow 3 opts in to the file store (docs/run-directory.md)
@@ -168,7 +168,7 @@ try:
     # ?workflowType=machine_learning is the "Model training" switch.
     page = "%s/#/experiments/%s/runs/%s" % (base, exp.experiment_id, r.info.run_id)
     shot = os.path.join(workdir, "mlflow-run.png")
-    dom = chromium(page + "?workflowType=machine_learning", shot, budget_ms=60000)
+    dom = render(page + "?workflowType=machine_learning", shot, "1400,1000", budget_ms=60000)
     check("finished" in dom and "tool_scenarios" in dom and "Finished" in dom,
           "the run page shows the run's name, source and status Finished")
     check(all(k in dom for k in ("val_loss", "score", "dtrain.outcome")), "the run page lists the run's metrics and tags")
@@ -187,8 +187,8 @@ try:
     # row; every report carries 7 numeric metrics here, the timing columns among them).
     rows = (len(series) + 2) // 3
     for attempt in range(1, 6):
-        dom = chromium(page + "/model-metrics?workflowType=machine_learning", shot_chart,
-                       size="1400,%d" % (400 + 420 * rows), budget_ms=60000)
+        dom = render(page + "/model-metrics?workflowType=machine_learning", shot_chart,
+                     size="1400,%d" % (400 + 420 * rows), budget_ms=60000)
         stroke = stroke_pixels(shot_chart)
         if stroke > 500 and 'class="js-line"' in dom:
             break

@@ -26,7 +26,7 @@ import urllib.parse
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tool_checks import (check, chromium, csv_series, finish, flatten, free_port, not_blank, require_venv, rows_jsonl, run,
+from tool_checks import (check, render, csv_series, finish, flatten, free_port, not_blank, require_venv, rows_jsonl, run,
                          start, wait_for_reports)
 
 require_venv("tensorboard", "PIL")
@@ -151,7 +151,7 @@ try:
                    if all(abs(a - b) < 16 for a, b in zip(c, rgb)))
 
     for attempt in range(1, 6):  # the charts load after the page: a screenshot taken early is taken again
-        dom = chromium(base + "/?forceSVG=true&smoothing=0#timeseries", shot, budget_ms=30000)
+        dom = render(base + "/?forceSVG=true&smoothing=0#timeseries", shot, "1400,1000", budget_ms=30000)
         drawn = curves(dom)
         colour = drawn[0][1] if drawn else (-100, -100, -100)
         if drawn and pixels(shot, colour) > 600:

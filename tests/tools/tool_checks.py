@@ -4,27 +4,14 @@ a free port, and a page rendered by headless Chromium."""
 import csv
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
-failures = []
-
-
-def check(cond, what):
-    """Prints "ok" or "FAIL" and `what`; a failure is counted for finish()."""
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-    return cond
-
-
-def finish():
-    print("%d check(s) failed" % len(failures) if failures else "all checks passed", flush=True)
-    raise SystemExit(1 if failures else 0)
+# The counted checks and the Chromium render are the tracking tests' (tests/tracking/page_checks.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tracking"))
+from page_checks import check, finish, render  # noqa: E402,F401
 
 
 def require_venv(*modules):
@@ -133,25 +120,6 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def chromium(url, screenshot, size="1400,1000", budget_ms=20000):
-    """`url` in headless Chromium, given `budget_ms` of virtual time for its scripts: a screenshot
-    and the DOM it built."""
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not check(exe is not None, "chromium is installed (scripts/install-deps)"):
-        finish()
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--virtual-time-budget=%d" % budget_ms, "--hide-scrollbars", "--window-size=" + size]
-    with tempfile.TemporaryDirectory() as profile:
-        subprocess.run([exe, *flags, "--user-data-dir=" + profile, "--screenshot=" + screenshot, url],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=180)
-    with tempfile.TemporaryDirectory() as profile:
-        dom = subprocess.run([exe, *flags, "--user-data-dir=" + profile, "--dump-dom", url],
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=180).stdout
-    check(os.path.isfile(screenshot), "Chromium wrote a screenshot: " + screenshot)
-    return dom
 
 
 def not_blank(png):

@@ -10,7 +10,7 @@ failures = []
 
 def check(cond, what):
     """Prints "ok" or "FAIL" and `what`; a failure is counted for finish()."""
-    print(("ok   " if cond else "FAIL ") + what)
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
     if not cond:
         failures.append(what)
     return cond
@@ -18,24 +18,27 @@ def check(cond, what):
 
 def finish():
     """Exits 1 when a check failed, else 0."""
-    print("%d check(s) failed" % len(failures) if failures else "all checks passed")
+    print("%d check(s) failed" % len(failures) if failures else "all checks passed", flush=True)
     raise SystemExit(1 if failures else 0)
 
 
-def render(page, screenshot, size):
-    """`page` (a file) in headless Chromium: a screenshot of `size` ("W,H") and the DOM it built."""
+def render(page, screenshot, size, budget_ms=None):
+    """`page` (a file, or a URL) in headless Chromium: a screenshot of `size` ("W,H") and the DOM it
+    built; `budget_ms`, when given, is the virtual time its scripts get (a page that loads data)."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if not check(chromium is not None, "chromium is installed (scripts/install-deps)"):
         finish()
-    url = "file://" + os.path.realpath(page)
+    url = page if "://" in page else "file://" + os.path.realpath(page)
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--hide-scrollbars", "--window-size=" + size]
+    if budget_ms:
+        flags.append("--virtual-time-budget=%d" % budget_ms)
     with tempfile.TemporaryDirectory() as profile:
-        subprocess.run([chromium, *flags, "--user-data-dir=" + profile, "--screenshot=" + screenshot,
-                        "--hide-scrollbars", "--window-size=" + size, url],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+        subprocess.run([chromium, *flags, "--user-data-dir=" + profile, "--screenshot=" + screenshot, url],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=180)
     with tempfile.TemporaryDirectory() as profile:
         dom = subprocess.run([chromium, *flags, "--user-data-dir=" + profile, "--dump-dom", url],
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=120).stdout
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=180).stdout
     check(os.path.isfile(screenshot), "Chromium wrote a screenshot: " + screenshot)
     return dom

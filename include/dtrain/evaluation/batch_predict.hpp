@@ -34,6 +34,7 @@
 #include <torch/types.h>
 
 #include <dtrain/checkpointer/files.hpp>
+#include <dtrain/checkpointer/state_files.hpp>
 #include <dtrain/config.hpp>
 #include <dtrain/data/dataset.hpp>
 #include <dtrain/error.hpp>
@@ -155,9 +156,9 @@ inline void claim_output(const BatchPredictConfig& c, const std::filesystem::pat
   // is another job.
   std::uint32_t model_crc = 0;
   try {
-    const auto manifest = nlohmann::json::parse(checkpointer::detail::read_text(checkpoint / checkpointer::files::manifest));
-    for (const auto& f : manifest.at("files"))
-      if (f.at("name") == checkpointer::files::model) model_crc = f.at("crc32").get<std::uint32_t>();
+    const auto manifest = checkpointer::detail::Manifest::read(checkpoint);
+    for (const auto& f : manifest.files)
+      if (f.name == checkpointer::files::model) model_crc = f.crc32;
   } catch (const std::exception& e) {
     throw ConfigError("batch_predict: " + checkpoint.string() + " is not a usable checkpoint (" + e.what() +
                       "); pass a checkpoint_NNNNNN directory, such as Result::best_checkpoint()->path()");
@@ -276,11 +277,11 @@ BatchPredictions batch_predict(const std::filesystem::path& checkpoint, const Da
                                const BatchPredictConfig& config, const ScalingConfig& scaling = {},
                                RunConfig run = {.name = "batch_predict"}) {
   auto make = [&] {
-    auto p = Predictor<Model>::from_checkpoint(checkpoint);
-    const auto ck = checkpointer::Checkpoint::open(checkpoint);
+    auto p = Predictor<Model>::from_checkpoint(checkpoint);  // verifies every file's CRC-32
     if (!config.class_names.empty()) {
       p.set_class_names(config.class_names);
-    } else if (ck && ck->has_object(config.labels)) {
+    } else if (const auto ck = checkpointer::Checkpoint::open(checkpoint, nullptr, /*verify_files=*/false);
+               ck && ck->has_object(config.labels)) {
       data::LabelEncoder labels;
       ck->load_object(config.labels, labels);
       p.set_class_names(labels.classes());

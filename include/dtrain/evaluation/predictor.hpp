@@ -221,19 +221,6 @@ class Predictor {
                         std::vector<std::string> class_names = {}, torch::Device device = torch::kCPU) {
     return from_checkpoint(best_of(run_dir, config), std::move(model), std::move(class_names), device);
   }
-  /// The best valid checkpoint of `run_dir`; ConfigError when there is none.
-  static checkpointer::Checkpoint best_of(const std::filesystem::path& run_dir, const CheckpointConfig& config) {
-    std::error_code ec;
-    if (!std::filesystem::is_directory(run_dir, ec))
-      throw ConfigError("Predictor::best: there is no run directory at " + run_dir.string() +
-                        "; pass RunConfig::path() (storage_path / name) of a run that saved checkpoints");
-    auto ck = checkpointer::best_valid(run_dir, config);
-    if (!ck)
-      throw ConfigError("Predictor::best: " + run_dir.string() + " holds no valid checkpoint; a run saves them "
-                        "with ctx.report(metrics, ctx.checkpoint(model, optimizer)) under "
-                        "checkpointer::directory<>");
-    return *std::move(ck);
-  }
 
   /// The best valid checkpoint of `run_dir` by `config`, its model built from its model_config.json.
   static Predictor best(const std::filesystem::path& run_dir, const CheckpointConfig& config,
@@ -326,6 +313,19 @@ class Predictor {
       throw ConfigError("Predictor: " + dir.string() + " is not a usable checkpoint: " + why +
                         ". Pass a complete checkpoint_NNNNNN directory (its manifest.json must verify), "
                         "or use Predictor::best(run directory, ...) to pick the best valid one");
+    return *std::move(ck);
+  }
+  // The best valid checkpoint of `run_dir`; ConfigError when there is none.
+  static checkpointer::Checkpoint best_of(const std::filesystem::path& run_dir, const CheckpointConfig& config) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(run_dir, ec))
+      throw ConfigError("Predictor::best: there is no run directory at " + run_dir.string() +
+                        "; pass RunConfig::path() (storage_path / name) of a run that saved checkpoints");
+    auto ck = checkpointer::best_valid(run_dir, config);
+    if (!ck)
+      throw ConfigError("Predictor::best: " + run_dir.string() + " holds no valid checkpoint; a run saves them "
+                        "with ctx.report(metrics, ctx.checkpoint(model, optimizer)) under "
+                        "checkpointer::directory<>");
     return *std::move(ck);
   }
   static Predictor with_inputs(Predictor p, RawInputs raw) {
