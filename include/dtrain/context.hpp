@@ -77,6 +77,17 @@ class Context {
   /// need not ask. Ask where a stopped loop should do less (skip a final evaluation), or in a
   /// loop built on neither. Costs a store read at most every FailureConfig::stop_poll.
   bool should_stop() { return stopping(); }
+  /// Ends the run early where `rule` says: at each report() rank 0 asks `rule(row)` (the row as
+  /// recorded: the loop's metrics with iteration, epoch, step, timestamp, time_this_iter_s and
+  /// time_total_s) and, once it answers true, should_stop() is true on every rank from that report
+  /// on, so ctx.epochs() and ctx.shard() end as they do for a stop request. The run is recorded
+  /// finished, not stopped: it ended where its own rule said (a target accuracy, a Tuner's
+  /// scheduler). Only rank 0's rule is asked (other ranks may set one or not); the answer travels
+  /// in report()'s own collective, so a rule costs no extra communication.
+  void stop_when(std::function<bool(const Metrics&)> rule) { stop_rule_ = std::move(rule); }
+  /// Whether the stop_when() rule cut the loop short: it answered true at a report, and the loop
+  /// then asked to go on (a loop that ended at that report anyway was not cut).
+  bool stopped_by_rule() const { return cut_by_rule_; }
   /// Whether a stop request cut this loop short (should_stop() answered true): the driver records
   /// the run "stopped", and one whose loop ran out of work first "finished".
   bool stopped() const { return stopped_; }
@@ -388,6 +399,7 @@ class Context {
 
   // stop_.should_stop at this step; remembers an answer of true (the loop is cut short).
   bool stopping() {
+    if (rule_fired_) return cut_by_rule_ = true;  // not a stop request: the run ends finished
     if (!stop_.should_stop(steps_)) return false;
     stopped_ = true;
     return true;
@@ -409,6 +421,9 @@ class Context {
   std::int64_t steps_ = 0, reports_ = 0, syncs_ = 0;
   int group_checkpoints_ = 0;  // checkpoints this group saved (an elastic group regrows after some)
   bool stopped_ = false;       // a stop request cut the loop short (stopped())
+  bool rule_fired_ = false;    // the stop_when() rule answered true at a report
+  bool cut_by_rule_ = false;   // ... and the loop asked to go on after it (stopped_by_rule())
+  std::function<bool(const Metrics&)> stop_rule_;  // stop_when()
   launch::StopRequest stop_;
   std::optional<tracking::RunRecord> tracked_;  // rank 0: the run as the Tracker's report hook sees it
 };

@@ -80,3 +80,4 @@
 #include <dtrain/context.hpp>
 #include <dtrain/trainer.hpp>
 #include <dtrain/weights.hpp>
+#include <dtrain/tune.hpp>

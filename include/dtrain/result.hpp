@@ -294,8 +294,9 @@ struct Result {
   /// The Result of a run directory's files: what fit() returned when the run ended (finished,
   /// failed or stopped; interrupted when its driver was killed), rebuilt from metrics.jsonl, outcome.json, params.json's checkpoint
   /// config, evaluations.json and the checkpoints. Throws Error when `run_dir` is not a run
-  /// directory.
-  static Result from_path(const std::filesystem::path& run_dir) {
+  /// directory. Without `with_checkpoints` no checkpoint is read (nor verified): the Result has
+  /// none, and is read in the time its JSON files take.
+  static Result from_path(const std::filesystem::path& run_dir, bool with_checkpoints = true) {
     const RunDirectory dir(run_dir);
     const auto outcome = detail::read_json(dir.outcome());
     if (!outcome.is_object())
@@ -322,7 +323,7 @@ struct Result {
       const auto& r = outcome.value("error_rank", nlohmann::json());
       error = RunError{status, e.is_string() ? e.get<std::string>() : status, r.is_number_integer() ? r.get<int>() : -1};
     }
-    auto r = assemble(RunFiles::read(run_dir, /*with_checkpoints=*/true), run_dir, config,
+    auto r = assemble(RunFiles::read(run_dir, with_checkpoints), run_dir, config,
                       outcome.value("restarts", 0), status, std::move(error));
     r.groups = GroupStart::list_from_json(outcome.value("groups", nlohmann::json()));
     return r;

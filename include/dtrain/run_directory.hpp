@@ -16,7 +16,8 @@
 //   evaluations.json   evaluations recorded with ctx.record_evaluation
 //   outcome.json       running / finished / failed (with the cause), restarts and their causes
 //   report.html        the self-contained HTML report
-//   ../mlruns/         under tracker::mlflow<>: MLflow's file store, one per storage path
+//   ../mlruns/         under tracker::mlflow<>: MLflow's file store, one per storage path (a
+//                      Tuner's trials: one per experiment, the trials its runs)
 //   tensorboard/       under tracker::tensorboard<>: TensorBoard's event files
 //
 // docs/run-directory.md describes each file's fields for readers in other languages.
@@ -55,6 +56,15 @@ class RunDirectory {
   explicit RunDirectory(std::filesystem::path root) : root_(std::move(root)) {}
 
   const std::filesystem::path& path() const { return root_; }
+
+  /// The experiment the run belongs to (tracker::mlflow<>'s experiment): the Tuner experiment's
+  /// name when the run is one of its trials (its storage path is the experiment's directory,
+  /// which holds tuner.json), else the run's own name.
+  std::string experiment_name() const {
+    std::error_code ec;
+    const auto parent = root_.parent_path();
+    return std::filesystem::exists(parent / "tuner.json", ec) ? parent.filename().string() : root_.filename().string();
+  }
 
   /// Creates the directory (and its parents); a path that cannot be one is a ConfigError naming it.
   void create() const {

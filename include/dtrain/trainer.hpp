@@ -97,13 +97,11 @@ class Trainer {
                         "which neither writes nor reads checkpoints; add dtrain::checkpointer::directory<> "
                         "to the Trainer's policies");
     deny_world_write();  // nothing of the run world-writable, whatever the umask (docs/security.md)
-    if (auto who = launch::detect_worker()) {
-      // A worker of a later fit() of this program (a training, then batch inference), started
-      // anew, passes over this one: its run ended before the driver went on.
-      if (const auto own = launch::detail::env(launch::env_run_path); own && *own != run_.path().string())
-        return finished_earlier(*own);
-      run_worker(*who, loop);
-    }
+    // A worker of a later fit() of this program (a training, then batch inference), started anew,
+    // or a Tuner's trial, passes over this one: its run ended before the driver went on.
+    if (const auto own = launch::detail::env(launch::env_run_path); own && *own != run_.path().string())
+      return finished_earlier(*own);
+    if (auto who = launch::detect_worker()) run_worker(*who, loop);
     return drive(loop);
   }
 
@@ -114,7 +112,7 @@ class Trainer {
     try {
       return Result::from_path(run_.path());
     } catch (const std::exception& e) {
-      throw ConfigError("this worker was started for the run at " + own + ", and the program called fit() of " +
+      throw ConfigError("this process (a worker, or a Tuner's trial) was started for the run at " + own + ", and the program called fit() of " +
                         run_.path().string() + " first, which the driver did not run (" + e.what() +
                         "); the driver and its workers must call fit() in the same order");
     }

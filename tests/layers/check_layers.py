@@ -27,6 +27,7 @@ LAYERS = [
     ("tracking", ["tracking/", "tracker/", "result.hpp", "concept/tracker.hpp"]),
     ("context", ["context.hpp", "context/", "policy/concepts.hpp", "policy/resolve.hpp"]),
     ("trainer", ["trainer.hpp", "trainer/", "evaluation/batch_predict.hpp"]),
+    ("tune", ["tune.hpp", "tune/"]),
     ("umbrella", ["dtrain.hpp"]),
 ]
 

@@ -278,11 +278,21 @@ Metrics Context<Policies>::record(const Metrics& metrics) {
   row.try_emplace("epoch", cursor_.epoch());
   row.try_emplace("step", steps_);
   row.try_emplace("timestamp", unix_now());
-  timing_.fill(row, all_reduce(static_cast<double>(timing_.take_samples()), reduce::sum));
+  const double iter_s = timing_.fill_times(row);
   if constexpr (precision_ops::loss_scaling) {
     row.try_emplace("skipped_steps", precision_ops::skipped_steps(precision_));
     row.try_emplace("loss_scale", precision_ops::loss_scale(precision_));
   }
+  // Rank 0 asks the stop_when() rule here; its answer travels in the report's one collective,
+  // with the samples, so every rank ends at this same report.
+  const bool stop_here = world_rank() == 0 && stop_rule_ && stop_rule_(row);
+  auto sums = torch::tensor({static_cast<double>(timing_.take_samples()), stop_here ? 1.0 : 0.0},
+                            torch::TensorOptions().dtype(torch::kFloat64));
+  if constexpr (backend::uses_cuda) sums = sums.to(device_);
+  comm_.allreduce(sums, reduce::sum).wait();
+  sums = sums.cpu();
+  tracking::ReportTiming::fill_rate(row, sums[0].item<double>(), iter_s);
+  if (sums[1].item<double>() > 0) rule_fired_ = true;
   if (world_rank() == 0) {
     MetricsHistory::append_jsonl(dir_.history(), row);
     if constexpr (requires(const tracking::RunRecord& r, const Metrics& m) { Policies::tracker::report(r, m); }) {

@@ -93,6 +93,12 @@ struct ExitStatus {
 class WorkerGroup {
  public:
   WorkerGroup() = default;
+  /// Children that get `parent_death_signal` when this process dies (a Tuner's trials get
+  /// SIGTERM: each stops its workers and records the stop), each in a process group of its own
+  /// when `own_process_group` (a terminal's Ctrl-C then reaches this process only, which passes
+  /// the stop on once).
+  WorkerGroup(int parent_death_signal, bool own_process_group)
+      : death_signal_(parent_death_signal), own_group_(own_process_group) {}
 
   /// Starts a worker that runs `argv` (this executable) with the environment `env` ("NAME=value").
   void start_exec(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
@@ -178,7 +184,8 @@ class WorkerGroup {
     if (pid < 0)
       throw Error(std::string("cannot start a worker process: fork failed: ") + std::strerror(errno));
     if (pid == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (own_group_) setpgid(0, 0);
+      prctl(PR_SET_PDEATHSIG, death_signal_);
       if (getppid() != parent) _exit(127);  // the driver died before prctl took effect
       child();
       _exit(127);
@@ -187,6 +194,8 @@ class WorkerGroup {
   }
 
   std::vector<pid_t> pids_;
+  int death_signal_ = SIGKILL;
+  bool own_group_ = false;
 };
 
 /// The environment of this process as "NAME=value" strings, without the names in `drop`.

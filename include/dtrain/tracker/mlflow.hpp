@@ -99,6 +99,18 @@ inline void write_text(const fs::path& p, const std::string& text) {
   tracking::write_atomically(p, text);
 }
 
+/// Writes `text` to `p` unless it exists: an experiment's files, which concurrent runs (a Tuner's
+/// trials) may create at the same moment; the first one written stays, whole.
+inline void write_once(const fs::path& p, const std::string& text) {
+  if (fs::exists(p)) return;
+  fs::create_directories(p.parent_path());
+  const auto own = fs::path(p.string() + ".tmp" + std::to_string(::getpid()));
+  tracking::write_atomically(own, text);
+  std::error_code ec;
+  fs::create_hard_link(own, p, ec);  // fails when another run's is there: it stays
+  fs::remove(own, ec);
+}
+
 inline std::int64_t ms(double unix_s) { return static_cast<std::int64_t>(std::llround(unix_s * 1000.0)); }
 
 inline std::string user() {
@@ -137,7 +149,7 @@ inline void add_row(std::map<std::string, std::string>& lines, const Metrics& ro
 }  // namespace mlflow_detail
 
 /// tracker::directory's files, and the run in MLflow's file store under <storage path>/mlruns, in
-/// the experiment named after the run (or experiment `ExperimentId` when it is >= 0; 0 is MLflow's
+/// the experiment named after the run, or after the Tuner experiment of a trial (or experiment `ExperimentId` when it is >= 0; 0 is MLflow's
 /// "Default"). Each fit() is one MLflow run: RUNNING with its params and tags when it starts, a
 /// line per metric appended at each report (live curves), FINISHED, FAILED or KILLED (stopped by
 /// a signal) with every reported metric, the evaluations' metrics and the run's files as
@@ -155,7 +167,7 @@ struct mlflow {
   static std::filesystem::path store(const std::filesystem::path& run_dir) { return RunDirectory(run_dir).mlruns(); }
   /// The experiment's id: ExperimentId, or the stable id of the run's name.
   static std::string experiment(const tracking::RunRecord& run) {
-    return ExperimentId >= 0 ? std::to_string(ExperimentId) : mlflow_detail::experiment_id(run.name());
+    return ExperimentId >= 0 ? std::to_string(ExperimentId) : mlflow_detail::experiment_id(run.directory().experiment_name());
   }
   /// This run's directory in the store.
   static std::filesystem::path run_directory(const tracking::RunRecord& run) {
@@ -169,18 +181,16 @@ struct mlflow {
     const auto root = store(run.path), experiment = root / mlflow::experiment(run), dir = run_directory(run);
     std::filesystem::create_directories(root / ".trash");
     const auto start_ms = md::ms(run.outcome.value("start_time", 0.0));
-    if (!std::filesystem::exists(experiment / "meta.yaml"))
-      md::write_text(experiment / "meta.yaml",
+    md::write_once(experiment / "meta.yaml",
                      "artifact_location: " + md::quoted(md::file_uri(experiment)) + "\n" +
                          "creation_time: " + std::to_string(start_ms) + "\n" +
                          "experiment_id: " + md::quoted(mlflow::experiment(run)) + "\n" +
                          "last_update_time: " + std::to_string(start_ms) + "\n" +
                          "lifecycle_stage: active\n" +
-                         "name: " + md::quoted(ExperimentId == 0 ? "Default" : run.name()) + "\n");
+                         "name: " + md::quoted(ExperimentId == 0 ? "Default" : run.directory().experiment_name()) + "\n");
     // MLflow 3's UI takes an experiment without this tag for a GenAI one (its runs listed as
     // "Evaluation runs"): say it is model training.
-    if (!std::filesystem::exists(experiment / "tags" / "mlflow.experimentKind"))
-      md::write_text(experiment / "tags" / "mlflow.experimentKind", "custom_model_development");
+    md::write_once(experiment / "tags" / "mlflow.experimentKind", "custom_model_development");
     for (const char* sub : {"metrics", "params", "artifacts", "tags"}) std::filesystem::create_directories(dir / sub);
     write_meta(run, md::run_status::running, std::nullopt);
     std::vector<std::pair<std::string, std::string>> params;

@@ -36,15 +36,18 @@ class ReportTiming {
   /// This rank's samples since the previous report; counting starts again.
   std::int64_t take_samples() { return std::exchange(samples_, 0); }
 
-  /// Adds the three columns to a report's row, the group having taken `group_samples` since the
-  /// previous report.
-  void fill(Metrics& row, double group_samples) {
+  /// Adds time_this_iter_s and time_total_s to a report's row; returns time_this_iter_s.
+  double fill_times(Metrics& row) {
     const auto now = clock::now();
     const double iter = std::chrono::duration<double>(now - last_).count();
     last_ = now;
     row.try_emplace("time_this_iter_s", iter);
     row.try_emplace("time_total_s", total_before_ + std::chrono::duration<double>(now - started_).count());
-    row.try_emplace("samples_per_s", iter > 0 ? group_samples / iter : 0.0);
+    return iter;
+  }
+  /// Adds samples_per_s: the group took `group_samples` over `iter_s` (fill_times' answer).
+  static void fill_rate(Metrics& row, double group_samples, double iter_s) {
+    row.try_emplace("samples_per_s", iter_s > 0 ? group_samples / iter_s : 0.0);
   }
 
  private:
