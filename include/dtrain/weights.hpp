@@ -90,10 +90,10 @@ inline LoadReport load_state_dict(torch::nn::Module& module, std::vector<std::pa
                   for (const auto& kv : state) keys.push_back(kv.first);
                   return keys;
                 }(), 5));
-  std::map<std::string, torch::Tensor> by_name;
+  std::map<std::string, std::pair<std::string, torch::Tensor>> by_name;  // module's name -> the file's key, tensor
   for (auto& [k, v] : state) {
     auto name = strip && k.rfind(prefix, 0) == 0 ? k.substr(prefix.size()) : k;
-    if (!by_name.emplace(name, v).second) throw Error(source + ": the key \"" + k + "\" appears twice");
+    if (!by_name.emplace(name, std::pair(k, v)).second) throw Error(source + ": the key \"" + k + "\" appears twice");
   }
   std::vector<std::pair<std::string, torch::Tensor>> targets;
   for (auto& p : module.named_parameters(true)) targets.emplace_back(p.key(), p.value());
@@ -108,13 +108,13 @@ inline LoadReport load_state_dict(torch::nn::Module& module, std::vector<std::pa
       report.missing.push_back(name);
       continue;
     }
-    const auto& src = it->second;
+    const auto& [key, src] = it->second;
     if (src.sizes() != dst.sizes())
-      throw Error(source + ": \"" + it->first + "\" has shape " + c10::str(src.sizes()) + " and the module's " +
+      throw Error(source + ": \"" + key + "\" has shape " + c10::str(src.sizes()) + " and the module's " +
                   name + " has shape " + c10::str(dst.sizes()) + "; was it saved from another architecture or width?");
     if (src.scalar_type() != dst.scalar_type() &&
         !(c10::isFloatingType(src.scalar_type()) && c10::isFloatingType(dst.scalar_type())))
-      throw Error(source + ": \"" + name + "\" is " + std::string(c10::toString(src.scalar_type())) +
+      throw Error(source + ": \"" + key + "\" is " + std::string(c10::toString(src.scalar_type())) +
                   " and the module's is " + std::string(c10::toString(dst.scalar_type())) +
                   "; only floating-point tensors are converted: convert the module (module->to(dtype)) or "
                   "the file before loading");
@@ -129,7 +129,7 @@ inline LoadReport load_state_dict(torch::nn::Module& module, std::vector<std::pa
   for (auto& [name, dst] : targets) {
     const auto it = by_name.find(name);
     if (it == by_name.end()) continue;
-    dst.copy_(it->second);
+    dst.copy_(it->second.second);
     ++report.loaded;
   }
   return report;

@@ -272,7 +272,7 @@ TEST_CASE("safetensors: a bad file is an Error naming the file, the tensor and w
   CHECK_THAT(error_of([&] { weights::SafetensorsFile(dir.path); }), Catch::Contains("not a regular file"));
 }
 
-TEST_CASE("weights::load: formats, prefixes, strictness and dtype conversion", "[weights]") {
+TEST_CASE("load: formats, prefixes, strictness and dtype conversion", "[weights]") {
   Dir dir;
   const auto w = torch::randn({2, 3}), b = torch::randn({3}), head = torch::randn({4, 3});
   const State backbone = {{"encoder.w", w}, {"pooler.b", b}};
@@ -287,6 +287,10 @@ TEST_CASE("weights::load: formats, prefixes, strictness and dtype conversion", "
   CHECK(report.missing.empty());
   CHECK(report.unexpected == std::vector<std::string>{"classifier.weight"});
   CHECK(torch::equal(m->named_parameters()["encoder.w"], w));
+  // Errors name the file's key, prefix and all.
+  weights::save_safetensors(dir / "wide.safetensors", {{"bert.encoder.w", torch::zeros({3, 2})}, {"bert.pooler.b", b}});
+  CHECK_THAT(error_of([&] { weights::load(*m, dir / "wide.safetensors", {.prefix = "bert."}); }),
+             Catch::Contains("\"bert.encoder.w\" has shape [3, 2] and the module's encoder.w has shape [2, 3]"));
   CHECK_THAT(error_of([&] { weights::load(*m, dir / "task.safetensors", {.prefix = "vit."}); }),
              Catch::Contains("task.safetensors") && Catch::Contains("no key starts with the prefix \"vit.\""));
   // Automatic: "module." on every key is removed.
@@ -431,7 +435,11 @@ TEST_CASE("safetensors: fuzzed files load or throw an Error naming the file", "[
   const auto header = seed.substr(8, n), data = seed.substr(8 + n);
   const auto path = dir / "fuzz.safetensors";
 
-  std::mt19937_64 rng(20261127);
+  const auto env = [](const char* name, std::uint64_t otherwise) {
+    return std::getenv(name) ? std::strtoull(std::getenv(name), nullptr, 10) : otherwise;
+  };
+  const auto seed_value = env("DTRAIN_FUZZ_SEED", 20261127);
+  std::mt19937_64 rng(seed_value);
   const auto pick = [&](const auto& options) { return options[rng() % options.size()]; };
   const auto anywhere = [&](std::size_t size) { return size ? rng() % size : 0; };
   const std::vector<std::string> numbers = {"0", "1", "-1", "2", "3", "7", "8", "9", "16", "1.5", "1e3", "4294967296",
@@ -469,11 +477,11 @@ TEST_CASE("safetensors: fuzzed files load or throw an Error naming the file", "[
     return h;
   };
 
-  const int iterations = std::getenv("DTRAIN_FUZZ_ITERATIONS") ? std::atoi(std::getenv("DTRAIN_FUZZ_ITERATIONS")) : 50000;
+  const auto iterations = env("DTRAIN_FUZZ_ITERATIONS", 30000);
   int loaded = 0, rejected = 0;
   std::vector<std::string> failures;
   const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < iterations; ++i) {
+  for (std::uint64_t i = 0; i < iterations; ++i) {
     std::string h = header;
     std::optional<std::uint64_t> length;
     std::string file;
@@ -512,7 +520,7 @@ TEST_CASE("safetensors: fuzzed files load or throw an Error naming the file", "[
     }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::cout << "safetensors fuzz: " << iterations << " iterations (seed 20261127), " << loaded << " loaded, "
+  std::cout << "safetensors fuzz: " << iterations << " iterations (seed " << seed_value << "), " << loaded << " loaded, "
             << rejected << " rejected, " << failures.size() << " failures, " << seconds << " s\n";
   for (std::size_t i = 0; i < failures.size() && i < 10; ++i) UNSCOPED_INFO(failures[i]);
   CHECK(failures.empty());

@@ -106,7 +106,7 @@ inline void save_safetensors(const std::filesystem::path& path,
     if (!dtype)
       throw bad(name, std::string("safetensors has no dtype for ") + c10::toString(t.scalar_type()) +
                           "; convert it (t.to(torch::kFloat)) first");
-    auto data = t.detach().to(torch::kCPU).resolve_conj().contiguous();
+    auto data = t.detach().to(torch::kCPU).resolve_conj().resolve_neg().contiguous();
     entries.push_back({name, *dtype, std::move(data), static_cast<std::size_t>(t.element_size())});
   }
   // Largest elements first: every tensor starts at a multiple of its element size.
