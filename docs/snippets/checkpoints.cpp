@@ -177,6 +177,15 @@ int schedules() {
   for (const auto& name : report.unexpected) std::cout << "not in the model: " << name << '\n';
   // [weights]
   std::cout << "weights: " << report.loaded << " loaded\n";
+  // [safetensors]
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  for (const auto& p : pretrained->named_parameters()) named.emplace_back(p.key(), p.value());
+  dtrain::weights::save_safetensors("model.safetensors", named, {{"format", "pt"}});
+  Net reloaded;  // weights::load takes safetensors, a sharded index, a model directory or model.pt
+  const auto again = dtrain::weights::load(*reloaded, "model.safetensors");
+  // [safetensors]
+  std::cout << "safetensors: " << again.loaded << " loaded, equal "
+            << torch::equal(reloaded->fc1->weight, pretrained->fc1->weight) << "\n";
   return 0;
 }
 

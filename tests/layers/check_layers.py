@@ -20,7 +20,7 @@ LAYERS = [
     ("vocabulary", ["policy/category.hpp", "collective.hpp"]),
     ("configuration", ["config.hpp", "metrics.hpp", "run_directory.hpp"]),
     ("data and launch", ["data/", "data/image.hpp", "data/image_folder.hpp", "sampler/", "launch/", "detail/"]),
-    ("backends and checkpointers", ["backend/", "backend/detail/hierarchical.hpp", "checkpointer/", "weights.hpp", "concept/backend.hpp", "concept/checkpointer.hpp",
+    ("backends and checkpointers", ["backend/", "backend/detail/hierarchical.hpp", "checkpointer/", "weights.hpp", "weights/", "concept/backend.hpp", "concept/checkpointer.hpp",
                                     "concept/sampler.hpp", "concept/archetypes.hpp"]),
     ("strategies, precisions, evaluation", ["strategy/", "precision/", "evaluation/", "schedule/", "nn/",
                                             "concept/strategy.hpp", "concept/precision.hpp"]),
