@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/torch.h>
 
 #include <dtrain/detail/sha256.hpp>
@@ -522,6 +524,103 @@ TEST_CASE("safetensors: fuzzed files load or throw an Error naming the file", "[
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cout << "safetensors fuzz: " << iterations << " iterations (seed " << seed_value << "), " << loaded << " loaded, "
             << rejected << " rejected, " << failures.size() << " failures, " << seconds << " s\n";
+  for (std::size_t i = 0; i < failures.size() && i < 10; ++i) UNSCOPED_INFO(failures[i]);
+  CHECK(failures.empty());
+  CHECK(loaded > 0);
+  CHECK(rejected > 0);
+}
+
+TEST_CASE("torch.save pickles: fuzzed files load or throw an Error naming the file", "[weights][fuzz]") {
+  Dir dir;
+  // A state_dict as torch.save writes it: the pickle (data.pkl) and one record per tensor.
+  c10::Dict<std::string, at::Tensor> state;
+  state.insert("w", torch::arange(6, torch::kFloat).reshape({2, 3}));
+  state.insert("b", torch::tensor({1.5, -2.0}, torch::kDouble));
+  state.insert("n", torch::tensor(7, torch::kLong));
+  state.insert("h", torch::ones({3}, torch::kHalf));
+  std::string pickle;
+  std::vector<std::string> keys;
+  torch::jit::Pickler pickler([&](const char* data, std::size_t n) { pickle.append(data, n); }, nullptr, nullptr, nullptr,
+                              [&](const at::Tensor&) {
+                                keys.push_back(std::to_string(keys.size()));
+                                return keys.back();
+                              },
+                              /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(c10::IValue(state));
+  pickler.stop();
+  std::vector<std::string> records;
+  for (const auto& t : pickler.tensorData()) {
+    const auto data = torch::jit::getWriteableTensorData(t);
+    records.emplace_back(static_cast<const char*>(data.data()), data.sizeInBytes());
+  }
+  const auto zip_of = [&](const std::string& pkl, std::size_t cut_record) {
+    std::string out;
+    caffe2::serialize::PyTorchStreamWriter zip([&](const void* d, std::size_t n) {
+      out.append(static_cast<const char*>(d), n);
+      return n;
+    });
+    zip.writeRecord("data.pkl", pkl.data(), pkl.size());
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      const auto& r = records[i];
+      zip.writeRecord("data/" + keys[i], r.data(), i == cut_record ? r.size() / 2 : r.size());
+    }
+    zip.writeEndOfFile();
+    return out;
+  };
+  const auto path = dir / "fuzz.pt";
+  write_bytes(path, zip_of(pickle, records.size()));
+  REQUIRE(weights::read(path).size() == 4);  // the unmutated file reads
+
+  std::mt19937_64 rng(std::getenv("DTRAIN_FUZZ_SEED") ? std::strtoull(std::getenv("DTRAIN_FUZZ_SEED"), nullptr, 10) : 20261127);
+  const auto anywhere = [&](std::size_t size) { return size ? rng() % size : 0; };
+  // Opcodes and arguments a hostile pickle would use: globals that run code, huge lengths, memo indices.
+  const std::vector<std::string> junk = {"c", "\x80\x02", "cos\nsystem\n", "cbuiltins\neval\n", "R", "b", "\x93", "(",
+                                         ".", "q\xff", "h\xff", "j\xff\xff\xff\x7f", "X\xff\xff\xff\x7f", "T\xff\xff\xff\xff",
+                                         "B\xff\xff\xff\xff\xff\xff\xff\x7f", "K\x05", "J\xff\xff\xff\xff", "N", "}", "]",
+                                         "ctorch._utils\n_rebuild_tensor_v2\n", "ctorch\nFloatStorage\n", "\x8c\xff",
+                                         "Q", "s", "u", "e", "t", "\x85", "\x86", "\x87", "0", "1", "2"};
+  const auto iterations = std::getenv("DTRAIN_FUZZ_ITERATIONS") ? std::strtoull(std::getenv("DTRAIN_FUZZ_ITERATIONS"), nullptr, 10)
+                                                                : 10000;
+  int loaded = 0, rejected = 0;
+  std::vector<std::string> failures;
+  for (std::uint64_t i = 0; i < iterations; ++i) {
+    std::string pkl = pickle;
+    std::size_t cut = records.size();
+    std::string file;
+    const auto op = rng() % 6;
+    if (op <= 3) {  // the pickle mutated: bit flips, junk inserted, bytes deleted, or cut short
+      for (int k = 1 + static_cast<int>(rng() % 3); k > 0; --k) {
+        switch (rng() % 4) {
+          case 0: pkl[anywhere(pkl.size())] ^= static_cast<char>(1 << (rng() % 8)); break;
+          case 1: pkl.insert(anywhere(pkl.size() + 1), junk[rng() % junk.size()]); break;
+          case 2: pkl.erase(anywhere(pkl.size()), 1 + rng() % 6); break;
+          default: pkl.resize(anywhere(pkl.size()));
+        }
+      }
+      file = zip_of(pkl, cut);
+    } else if (op == 4) {  // a tensor's record shorter than its storage says
+      file = zip_of(pkl, rng() % records.size());
+    } else {  // the zip itself: bit flips or a truncation
+      file = zip_of(pkl, cut);
+      if (rng() % 2) file.resize(anywhere(file.size()));
+      else
+        for (int k = 1 + static_cast<int>(rng() % 4); k > 0; --k) file[anywhere(file.size())] ^= static_cast<char>(1 << (rng() % 8));
+    }
+    write_bytes(path, file);
+    try {
+      const auto read = weights::read(path);
+      for (const auto& [name, t] : read) (void)t.sum().item<double>();  // every element touched
+      ++loaded;
+    } catch (const dtrain::Error& e) {
+      ++rejected;
+      if (std::string(e.what()).find(path.string()) == std::string::npos) failures.push_back(std::string("unnamed: ") + e.what());
+    } catch (const std::exception& e) {
+      failures.push_back(std::string("not a dtrain::Error: ") + e.what());
+    }
+  }
+  std::cout << "torch.save fuzz: " << iterations << " iterations, " << loaded << " loaded, " << rejected << " rejected, "
+            << failures.size() << " failures\n";
   for (std::size_t i = 0; i < failures.size() && i < 10; ++i) UNSCOPED_INFO(failures[i]);
   CHECK(failures.empty());
   CHECK(loaded > 0);

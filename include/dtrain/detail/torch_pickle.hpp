@@ -302,10 +302,16 @@ inline std::vector<std::pair<std::string, torch::Tensor>> read_tensor_dict(const
     throw Error(path.string() + ": not a zip-format torch.save file (saved with "
                 "_use_new_zipfile_serialization=False, or not by torch.save); save it again with torch.save(sd, path)");
   }
-  if (!zip->hasRecord("data.pkl")) throw Error(path.string() + ": the zip holds no data.pkl; is it a torch.save file?");
-  auto [data, size] = zip->getRecord("data.pkl");
-  Unpickler u(*zip, path.string());
-  const auto root = u.run(static_cast<const char*>(data.get()), size);
+  Ref root;
+  try {  // the zip's own errors (a damaged record, a CRC mismatch) come as c10::Error
+    if (!zip->hasRecord("data.pkl")) throw Error(path.string() + ": the zip holds no data.pkl; is it a torch.save file?");
+    auto [data, size] = zip->getRecord("data.pkl");
+    Unpickler u(*zip, path.string());
+    root = u.run(static_cast<const char*>(data.get()), size);
+  } catch (const c10::Error& e) {
+    throw Error(path.string() + ": its zip is damaged (" + e.what_without_backtrace() +
+                "); copy it again, or save it again with torch.save(sd, path)");
+  }
   if (root->kind != Value::Kind::dict)
     throw Error(path.string() + ": holds no dict at its top; save model.state_dict() (a dict of tensors), not the "
                 "model object");
