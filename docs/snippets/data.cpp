@@ -9,6 +9,7 @@
 #include <dtrain/dtrain.hpp>  // everything on this page but the image headers (see Images)
 // [includes]
 
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -114,11 +115,50 @@ int text() {
   return 0;
 }
 
+// A model directory as the hub ships one, cut down: a vocab.txt of BERT's special tokens and a
+// few pieces (the real ones come with the model: tokenizer.json, vocab.txt).
+void write_model_dir(const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  std::ofstream out(dir + "/vocab.txt");
+  for (const char* piece : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "dns", "proxy", "disk", "quota", "and",
+                            "back", "##up", "?", ".", "what", "is", "it"})
+    out << piece << "\n";
+}
+
+int wordpiece() {
+  fresh_directory("data_wordpiece");
+  write_model_dir("model");
+  const std::string model_dir = "model";
+  const std::vector<std::string> texts = {"A DNS proxy", "Disk quota and backup"};
+  // [wordpiece]
+  namespace data = dtrain::data;
+  // tokenizer.json when the directory has one (Hugging Face tokenizers' file), else vocab.txt
+  // with Options (.lowercase, .strip_accents, .max_length, the special tokens' names).
+  const auto tokenizer = data::WordPieceTokenizer::from_directory(model_dir);
+  const auto ids = tokenizer.encode("A DNS proxy");  // [CLS] a dns proxy [SEP]
+  const auto pair = tokenizer.encoding("What is it?", "A disk quota.");  // .input_ids, .attention_mask, .token_type_ids
+  const auto batch = tokenizer.encode_batch(texts);  // on every core, padded as tokenizer.json says
+
+  // In a pipeline: ids per text, padded to the batch's longest with the vocabulary's [PAD].
+  auto encode = data::map([&](const data::Row& row) {
+                  return data::Fields{{"input_ids", tokenizer.transform(row.text("description"))}};
+                }) |
+                data::collate(data::pad_to_longest("input_ids", tokenizer.pad_id()));  // adds "attention_mask"
+  // Saved with a checkpoint, ctx.checkpoint(model, opt).with_object("vocab", tokenizer), and back:
+  //   Predictor<Net>::from_checkpoint<data::WordPieceTokenizer>(dir, Net{...}, TextInputs{})
+  // [wordpiece]
+  std::cout << "wordpiece: " << ids.size() << " ids, pair types " << pair.token_type_ids.size() << ", batch "
+            << batch.size() << ", pad " << tokenizer.pad_id() << "\n";
+  (void)encode;
+  return 0;
+}
+
 }  // namespace
 
 int data_page(const std::string& block) {
   if (block == "text") return text();
-  std::cerr << "snippets data: no block " << block << "; the block is text\n";
+  if (block == "wordpiece") return wordpiece();
+  std::cerr << "snippets data: no block " << block << "; the blocks are text and wordpiece\n";
   return 2;
 }
 

@@ -64,6 +64,7 @@
 #include <dtrain/data/splits.hpp>
 #include <dtrain/data/text_file.hpp>
 #include <dtrain/data/token_ids.hpp>
+#include <dtrain/data/wordpiece.hpp>
 #include <dtrain/evaluation/classification.hpp>
 #include <dtrain/evaluation/predictor.hpp>
 #include <dtrain/evaluation/batch_predict.hpp>

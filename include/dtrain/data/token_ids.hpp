@@ -148,6 +148,14 @@ class TokenTable {
   std::vector<std::size_t> ends_;  // string i ends at ends_[i]
 };
 
+/// A tokenizer's pad id: its static `pad_id` (WordVocabulary, SentencePieceTokenizer: 0), or its
+/// `pad_id()` (WordPieceTokenizer: the pretrained vocabulary's, read from its files).
+template <class Tokenizer>
+std::int64_t pad_id_of(const Tokenizer& t) {
+  if constexpr (requires { t.pad_id(); }) return t.pad_id();
+  else return Tokenizer::pad_id;
+}
+
 /// What every tokenizer offers on top of its own `encode_into(text, out)`, which calls `out(id)`
 /// for each of `text`'s ids: `encode`, `encode_all` and `transform`, written once. A tokenizer
 /// derives from it (`class T : public detail::encodings<T>`) and befriends it.

@@ -113,7 +113,7 @@ struct TextInputs {
     in.fields = [tokenizer, ids = ids, mask = mask](const std::vector<std::string>& texts) {
       std::vector<data::Fields> samples;
       for (const auto& t : texts) samples.push_back(data::Fields{{ids, tokenizer->transform(t)}});
-      return data::pad_to_longest(ids, Tokenizer::pad_id, mask)(samples);
+      return data::pad_to_longest(ids, data::detail::pad_id_of(*tokenizer), mask)(samples);
     };
     return in;
   }
@@ -170,7 +170,7 @@ class Predictor {
   }
 
   /// Text inputs through a tokenizer of type `Tokenizer`, as it was saved: data::WordVocabulary,
-  /// or data::SentencePieceTokenizer (`Predictor<Net>::from_checkpoint<data::SentencePieceTokenizer>(dir,
+  /// data::WordPieceTokenizer or data::SentencePieceTokenizer (`Predictor<Net>::from_checkpoint<data::SentencePieceTokenizer>(dir,
   /// TextInputs{})`, or with a model: `(dir, Net{...}, TextInputs{})`).
   template <class Tokenizer>
   static Predictor from_checkpoint(const std::filesystem::path& checkpoint_dir, Model model, const TextInputs& text,
