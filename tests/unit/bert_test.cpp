@@ -191,6 +191,7 @@ TEST_CASE("bert_config_reads_hugging_face_config_json", "[nn]") {
   CHECK_THAT(refused("num_attention_heads", 5), Catch::Contains("not a multiple"));
   CHECK_THAT(refused("hidden_size", "wide"), Catch::Contains("\"hidden_size\" is \"wide\""));
   CHECK_THAT(refused("id2label", nlohmann::json{{"0", "a"}, {"2", "b"}}), Catch::Contains("id2label"));
+  CHECK_THAT(refused("id2label", nlohmann::json{{"0", "a"}, {"00", "b"}}), Catch::Contains("\"00\": \"b\" does not"));
   CHECK_THAT(refused("label2id", nlohmann::json{{"LABEL_0", 1}, {"LABEL_1", 0}}), Catch::Contains("not the inverse"));
   CHECK_THAT(error_of([] { nn::BertConfig::from_pretrained("/nonexistent/model"); }),
              Catch::Contains("/nonexistent/model/config.json"));
@@ -272,7 +273,7 @@ TEST_CASE("bert_strict_load_fails_when_a_layer_or_name_differs", "[nn]") {
   CHECK(report.unexpected.empty());
   CHECK(torch::equal(head->bert->pooler->weight, source->bert->pooler->weight));
   nn::BertModel base(tiny());
-  report = nn::load_pretrained(*base, dir.path);
+  report = nn::load_pretrained(base, dir.path);  // the handle, as the module
   CHECK(report.missing.empty());
   CHECK(report.unexpected == std::vector<std::string>{"classifier.bias", "classifier.weight"});
   CHECK(torch::equal(base->embeddings->word_embeddings->weight, source->bert->embeddings->word_embeddings->weight));
@@ -396,7 +397,7 @@ TEST_CASE("bert_export_loads_in_transformers", "[nn][python]") {
                   {{"logits", rebuilt(b.input_ids, b.attention_mask, b.token_type_ids)}},
                   {{"id2label", id2label_json(config)}});
   // And the bare encoder, as AutoModel loads it.
-  nn::save_pretrained(*rebuilt->bert, dir / "export_base");
+  nn::save_pretrained(rebuilt->bert, dir / "export_base");  // the handle, as the module
   const auto base = rebuilt->bert(b.input_ids, b.attention_mask, b.token_type_ids);
   check_in_python("base", dir / "export_base", dir / "export_base.safetensors", b,
                   {{"last_hidden_state", base.last_hidden_state}, {"pooler_output", base.pooler_output}});

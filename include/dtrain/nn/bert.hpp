@@ -35,6 +35,7 @@
 
 #include <torch/nn/init.h>
 #include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
@@ -262,6 +263,7 @@ inline bool is_bert_non_weight(const std::string& key) {
 /// `options.strict` holds as in weights::load: a missing or unexpected name is an Error listing
 /// them, a shape mismatch always is.
 template <class M>
+  requires std::is_base_of_v<torch::nn::Module, M>
 weights::LoadReport load_pretrained(M& model, const std::filesystem::path& path, weights::LoadOptions options = {}) {
   auto state = weights::read(path);
   std::erase_if(state, [](const auto& kv) { return is_bert_non_weight(kv.first); });
@@ -290,6 +292,13 @@ weights::LoadReport load_pretrained(M& model, const std::filesystem::path& path,
     }
   }
   return weights::load_state_dict(model, std::move(state), source, options);
+}
+
+/// load_pretrained of a model handle (nn::BertModel, nn::BertForSequenceClassification).
+template <class M>
+weights::LoadReport load_pretrained(torch::nn::ModuleHolder<M>& model, const std::filesystem::path& path,
+                                    weights::LoadOptions options = {}) {
+  return load_pretrained(*model, path, std::move(options));
 }
 
 }  // namespace nn

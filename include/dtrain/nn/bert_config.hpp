@@ -167,13 +167,14 @@ inline BertConfig BertConfig::from_json(const nlohmann::json& j, const std::stri
         id = std::stoll(key, &at);
       } catch (const std::exception&) {
       }
-      if (at != key.size() || id < 0 || id >= static_cast<std::int64_t>(m.size()) || !value.is_string())
+      if (at != key.size() || id < 0 || id >= static_cast<std::int64_t>(m.size()) || !value.is_string() ||
+          labels[static_cast<std::size_t>(id)])
         throw fail("\"id2label\" must map the ids 0.." + std::to_string(m.size() - 1) + " to label names; \"" + key +
                    "\": " + value.dump() + " does not");
       labels[static_cast<std::size_t>(id)] = value.get<std::string>();
     }
     c.id2label.clear();
-    for (auto& l : labels) c.id2label.push_back(*l);  // m.size() distinct ids in range: all present
+    for (auto& l : labels) c.id2label.push_back(*l);  // m.size() distinct ids below m.size(): all present
   } else if (j.contains("num_labels")) {
     if (!j["num_labels"].is_number_integer() || j["num_labels"].get<std::int64_t>() < 1)
       throw fail("\"num_labels\" is " + j["num_labels"].dump() + "; it must be a positive integer");

@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
 #include <dtrain/error.hpp>
@@ -42,6 +44,7 @@ struct SavePretrainedOptions {
 /// naming the path when a file cannot be written or copied, and for a parameter without values
 /// (a model still sharded by strategy::fsdp<>: export the full model a checkpoint holds).
 template <class M>
+  requires std::is_base_of_v<torch::nn::Module, M>
 void save_pretrained(const M& model, const std::filesystem::path& dir, const SavePretrainedOptions& options = {}) {
   static_assert(std::is_base_of_v<BertModelImpl, M> || std::is_base_of_v<BertForSequenceClassificationImpl, M>,
                 "nn::save_pretrained: pass the module (*model) of an nn::BertModel or nn::BertForSequenceClassification");
@@ -84,6 +87,13 @@ void save_pretrained(const M& model, const std::filesystem::path& dir, const Sav
     fs::copy_file(file, dir / name, fs::copy_options::overwrite_existing, ec);
     if (ec) throw Error("nn::save_pretrained: cannot copy " + file.string() + " into " + dir.string() + " (" + ec.message() + ")");
   }
+}
+
+/// save_pretrained of a model handle (nn::BertModel, nn::BertForSequenceClassification).
+template <class M>
+void save_pretrained(const torch::nn::ModuleHolder<M>& model, const std::filesystem::path& dir,
+                     const SavePretrainedOptions& options = {}) {
+  save_pretrained(*model, dir, options);
 }
 
 }  // namespace nn
