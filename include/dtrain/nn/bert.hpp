@@ -268,9 +268,10 @@ weights::LoadReport load_pretrained(M& model, const std::filesystem::path& path,
   auto state = weights::read(path);
   std::erase_if(state, [](const auto& kv) { return is_bert_non_weight(kv.first); });
   const auto source = weights::detail::weights_format(path).second.string();
-  const bool file_has_head = std::any_of(state.begin(), state.end(), [](const auto& kv) { return kv.first.rfind("bert.", 0) == 0; });
+  // A task model's file (transformers' BertFor*: the encoder under `bert.`), or a bare BertModel's.
+  const bool classification_file = std::any_of(state.begin(), state.end(), [](const auto& kv) { return kv.first.rfind("bert.", 0) == 0; });
   if constexpr (std::is_base_of_v<BertForSequenceClassificationImpl, M>) {
-    if (!file_has_head && options.prefix.empty()) {
+    if (!classification_file && options.prefix.empty()) {
       auto report = weights::load_state_dict(*model.bert, std::move(state), source, options);
       for (const auto& p : model.classifier->named_parameters()) report.missing.push_back("classifier." + p.key());
       for (auto& k : report.missing)
@@ -278,12 +279,12 @@ weights::LoadReport load_pretrained(M& model, const std::filesystem::path& path,
       return report;
     }
   } else if constexpr (std::is_base_of_v<BertModelImpl, M>) {
-    if (file_has_head && options.prefix.empty()) {
+    if (classification_file && options.prefix.empty()) {
       options.prefix = "bert.";
       std::vector<std::pair<std::string, torch::Tensor>> head;
-      std::erase_if(state, [&](auto& kv) {
+      std::erase_if(state, [&](const auto& kv) {
         if (kv.first.rfind("bert.", 0) == 0) return false;
-        head.push_back(std::move(kv));
+        head.push_back(kv);  // a tensor handle: no copy of the data
         return true;
       });
       auto report = weights::load_state_dict(model, std::move(state), source, options);
