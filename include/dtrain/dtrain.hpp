@@ -70,6 +70,8 @@
 #include <dtrain/evaluation/batch_predict.hpp>
 #include <dtrain/checkpointer/model_config.hpp>
 #include <dtrain/tracking/report_timing.hpp>
+#include <dtrain/nn/bert.hpp>
+#include <dtrain/nn/bert_export.hpp>
 #include <dtrain/nn/encoder.hpp>
 #include <dtrain/evaluation/validation.hpp>
 

@@ -62,6 +62,13 @@ TEST_CASE("unit_assignment groups by top-level submodule in order of first appea
   CHECK(s::unit_assignment(names, s::wrap::whole_model) == groups{{0, 1, 2, 3, 4, 5}});
   CHECK(s::unit_assignment({}, s::wrap::top_level).empty());
   CHECK(s::unit_assignment({}, s::wrap::whole_model).empty());
+  // wrap::layers: each element of a list its own unit ("encoder.0", "encoder.1"), the rest as top_level.
+  CHECK(s::unit_assignment(names, s::wrap::layers) == groups{{0, 5}, {1, 2}, {3}, {4}});
+  const std::vector<std::string> bert{"bert.embeddings.word_embeddings.weight", "bert.encoder.layer.0.attention.self.query.weight",
+                                      "bert.encoder.layer.0.output.dense.bias", "bert.encoder.layer.10.output.dense.bias",
+                                      "bert.pooler.dense.weight", "classifier.weight", "classifier.bias"};
+  CHECK(s::unit_assignment(bert, s::wrap::layers) == groups{{0, 4}, {1, 2}, {3}, {5, 6}});
+  CHECK(s::unit_assignment(bert, s::wrap::top_level) == groups{{0, 1, 2, 3, 4}, {5, 6}});
 }
 
 TEST_CASE("layout_of places parameters back to back and pads to a multiple of the world size", "[strategy][fsdp]") {

@@ -5,6 +5,7 @@
 // compute_bucket_assignment_by_size is such a function too). Every rank computes the same
 // grouping from the same model, which is what keeps the collectives in the same order everywhere.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -27,6 +28,10 @@ enum class wrap {
   /// parameters): smaller collectives, and a unit's reduce-scatter starts as soon as backward
   /// has produced its gradients, while backward goes on through the units before it.
   top_level,
+  /// One unit per element of a module list (the name up to its first numeric component:
+  /// `bert.encoder.layer.3`), the other parameters by top-level submodule as under top_level: a
+  /// transformer's unit per encoder layer, whatever depth its layer list has.
+  layers,
 };
 
 /// ddp<>'s buckets: indices into `params`, bucket by bucket.
@@ -60,16 +65,28 @@ inline std::vector<std::vector<std::size_t>> bucket_assignment(const std::vector
 /// fsdp<>'s units: indices into `names` (the dotted names of the parameters that require grad,
 /// in registration order), unit by unit. Under wrap::top_level one unit per top-level submodule
 /// (the name's first component; the root's own parameters, with no dot, form one unit), in the
-/// order in which each first appears; under wrap::whole_model one unit. Indices within a unit
+/// order in which each first appears; under wrap::layers as under top_level, but a name with an
+/// all-digit component (an element of a module list) keys its unit by the name up to it
+/// (`bert.encoder.layer.3`); under wrap::whole_model one unit. Indices within a unit
 /// keep registration order. No unit is empty.
 inline std::vector<std::vector<std::size_t>> unit_assignment(const std::vector<std::string>& names, wrap units) {
   std::vector<std::vector<std::size_t>> groups;
   std::map<std::string, std::size_t> group_of_child;
   for (std::size_t k = 0; k < names.size(); ++k) {
     std::size_t g = 0;
-    if (units == wrap::top_level) {
+    if (units == wrap::top_level || units == wrap::layers) {
       const auto dot = names[k].find('.');
-      const std::string child = dot == std::string::npos ? std::string() : names[k].substr(0, dot);
+      std::string child = dot == std::string::npos ? std::string() : names[k].substr(0, dot);
+      if (units == wrap::layers) {
+        // The components before the parameter's own name: the first all-digit one ends the key.
+        for (std::size_t begin = 0, end; (end = names[k].find('.', begin)) != std::string::npos; begin = end + 1)
+          if (end > begin && std::all_of(names[k].begin() + static_cast<std::ptrdiff_t>(begin),
+                                         names[k].begin() + static_cast<std::ptrdiff_t>(end),
+                                         [](char c) { return c >= '0' && c <= '9'; })) {
+            child = names[k].substr(0, end);
+            break;
+          }
+      }
       auto [it, fresh] = group_of_child.try_emplace(child, groups.size());
       if (fresh) groups.emplace_back();
       g = it->second;

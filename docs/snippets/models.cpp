@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+// docs/models.md's BERT block: a pretrained BERT-family encoder (the real all-MiniLM-L6-v2, whose
+// directory is the program's argument) fine-tuned with a new 3-label head on 2 workers, then its
+// checkpoint exported as a Hugging Face directory. The data: 96 rows of token ids whose label is
+// the token at position 1 (a stand-in for a tokenised corpus).
+//   snippets_models MODEL_DIR
+
+#include "snippets.hpp"
+
+#include <iostream>
+
+int main(int argc, char** argv) try {
+  if (argc != 2) {
+    std::cerr << "usage: snippets_models MODEL_DIR (a Hugging Face BERT directory: config.json, model.safetensors)\n";
+    return 2;
+  }
+  const auto rows = [] {
+    auto gen = at::detail::createCPUGenerator(27);
+    auto ids = at::randint(1000, 5000, {96, 16}, gen);
+    auto labels = at::arange(96) % 3;
+    ids.select(1, 0).fill_(101);                                                    // [CLS]
+    ids.select(1, 1).copy_(at::index_select(at::tensor({2919L, 7929L, 2204L}), 0, labels));  // bad, neutral, good
+    ids.slice(1, 12).zero_();                                                       // padding
+    ids.select(1, 11).fill_(102);                                                   // [SEP]
+    return dtrain::data::TensorDataset{ids, labels};
+  }();
+  // [bert fine-tune]
+  const std::filesystem::path pretrained = argv[1];  // all-MiniLM-L6-v2's directory
+  auto config = dtrain::nn::BertConfig::from_pretrained(pretrained);
+  config.id2label = {"negative", "neutral", "positive"};  // the task's labels: a new classifier
+  using Bert = dtrain::nn::BertForSequenceClassification;
+  using Trainer = dtrain::Trainer<Bert, dtrain::data::TensorDataset, dtrain::checkpointer::directory<>>;
+  Trainer trainer({.num_workers = 2}, {.storage_path = "runs", .name = "minilm", .start = dtrain::Start::fresh});
+  const auto result = trainer.fit([&](Trainer::context& ctx) {
+    Bert bert(config);
+    dtrain::nn::load_pretrained(*bert, pretrained);  // the encoder's weights; the classifier is new
+    auto model = ctx.prepare_model(bert);
+    torch::optim::AdamW opt(ctx.parameters(model), torch::optim::AdamWOptions(1e-4));
+    for (auto epoch : ctx.epochs(2)) {
+      model->train();
+      double loss_sum = 0;
+      int steps = 0;
+      for (auto batch : ctx.shard(rows, 32)) {  // batch.data: token ids, 0 = [PAD]
+        opt.zero_grad();
+        auto logits = ctx.forward(model, batch.data, /*attention_mask=*/batch.data.ne(0), /*token_type_ids=*/torch::Tensor());
+        auto loss = torch::nn::functional::cross_entropy(logits, batch.target);
+        ctx.backward(loss);
+        ctx.step(opt);
+        loss_sum += loss.item<double>();
+        ++steps;
+      }
+      ctx.report({{"epoch", epoch}, {"loss", ctx.all_reduce(loss_sum / steps)}}, ctx.checkpoint(model, opt));
+    }
+  });
+  // Back to Python: the checkpoint's model (rebuilt from its config) as a Hugging Face directory.
+  const auto& checkpoint = *result.latest_checkpoint();
+  auto tuned = dtrain::checkpointer::build_model<Bert>(checkpoint);
+  checkpoint.load_model(tuned);
+  dtrain::nn::save_pretrained(*tuned, "minilm-tagger",
+                              {.files = {pretrained / "tokenizer.json", pretrained / "vocab.txt",
+                                         pretrained / "tokenizer_config.json", pretrained / "special_tokens_map.json"}});
+  // [bert fine-tune]
+  std::cout << "models: " << result.metrics_history.size() << " reports, loss "
+            << result.metrics.at("loss").text() << ", exported "
+            << dtrain::weights::read("minilm-tagger").size() << " tensors, labels "
+            << dtrain::nn::BertConfig::from_pretrained("minilm-tagger").id2label.size() << "\n";
+  return 0;
+} catch (const std::exception& e) {
+  std::cerr << "snippets_models: " << e.what() << "\n";
+  return 1;
+}

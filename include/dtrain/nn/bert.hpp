@@ -1,0 +1,307 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// nn::BertModel and nn::BertForSequenceClassification: a BERT-family encoder (BERT, MiniLM, ...)
+// whose parameter names are Hugging Face transformers' own (`embeddings.word_embeddings.weight`,
+// `encoder.layer.0.attention.self.query.weight`, `pooler.dense.weight`; `bert.` and `classifier.`
+// for the classification head), so a model directory loads by name with no mapping table:
+//
+//   auto config = dtrain::nn::BertConfig::from_pretrained(dir);        // dir/config.json
+//   dtrain::nn::BertForSequenceClassification model(config.with_num_labels(3));
+//   dtrain::nn::load_pretrained(*model, dir);          // weights::load, strict where it can be
+//   auto logits = model(input_ids, attention_mask, token_type_ids);    // [batch, 3]
+//
+// The modules: embeddings (word, position, token type; LayerNorm, dropout), encoder.layer.N
+// (attention.self.{query,key,value}, attention.output.{dense,LayerNorm}, intermediate.dense,
+// output.{dense,LayerNorm}), pooler.dense with tanh. No buffers: transformers 5's position_ids and
+// token_type_ids are non-persistent (not in its state_dict), and here they are made in forward.
+// With the same weights and inputs the outputs equal transformers' within 1e-5 in fp32
+// (tests/unit/bert_test.cpp). Both models describe themselves (`Config config`), so dtrain's
+// checkpoints rebuild them (checkpointer::build_model, Predictor::from_checkpoint), and
+// nn::save_pretrained (nn/bert_export.hpp) writes a directory transformers loads.
+//
+// Like nn/encoder.hpp, the layers call ATen (at::linear, at::layer_norm, at::embedding) on the
+// registered parameters rather than LibTorch's module forwards, which add a bias pass per Linear.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <torch/nn/init.h>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/types.h>
+
+#include <dtrain/error.hpp>
+#include <dtrain/nn/bert_config.hpp>
+#include <dtrain/weights.hpp>
+
+DTRAIN_NAMESPACE_BEGIN
+
+namespace nn {
+
+namespace detail {
+
+inline torch::nn::Linear bert_linear(torch::nn::Module& parent, const std::string& name, std::int64_t in,
+                                     std::int64_t out, const BertConfig& c) {
+  auto l = parent.register_module(name, torch::nn::Linear(in, out));
+  // transformers' BertPreTrainedModel._init_weights: normal(0, initializer_range), zero bias.
+  torch::NoGradGuard no_grad;
+  l->weight.normal_(0, c.initializer_range);
+  l->bias.zero_();
+  return l;
+}
+
+inline torch::nn::LayerNorm bert_norm(torch::nn::Module& parent, const BertConfig& c) {
+  return parent.register_module(
+      "LayerNorm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden_size}).eps(c.layer_norm_eps)));
+}
+
+/// A module that only names its children (transformers' BertAttention, BertIntermediate, ...):
+/// their forward is the layer's.
+inline std::shared_ptr<torch::nn::Module> bert_node(torch::nn::Module& parent, const std::string& name) {
+  return parent.register_module(name, std::make_shared<torch::nn::Module>());
+}
+
+inline torch::Tensor apply(const torch::nn::Linear& l, const torch::Tensor& x) { return at::linear(x, l->weight, l->bias); }
+
+inline torch::Tensor apply(const torch::nn::LayerNorm& n, const torch::Tensor& x, double eps) {
+  return at::layer_norm(x, {x.size(-1)}, n->weight, n->bias, eps);
+}
+
+}  // namespace detail
+
+/// `embeddings`: word, position and token type embeddings summed, then LayerNorm and dropout.
+struct BertEmbeddingsImpl : torch::nn::Module {
+  explicit BertEmbeddingsImpl(const BertConfig& c) : config(c) {
+    word_embeddings = register_module("word_embeddings", torch::nn::Embedding(c.vocab_size, c.hidden_size));
+    position_embeddings =
+        register_module("position_embeddings", torch::nn::Embedding(c.max_position_embeddings, c.hidden_size));
+    token_type_embeddings = register_module("token_type_embeddings", torch::nn::Embedding(c.type_vocab_size, c.hidden_size));
+    LayerNorm = detail::bert_norm(*this, c);
+    torch::NoGradGuard no_grad;
+    for (auto* e : {&word_embeddings, &position_embeddings, &token_type_embeddings}) (*e)->weight.normal_(0, c.initializer_range);
+    if (c.pad_token_id) word_embeddings->weight[*c.pad_token_id].zero_();
+  }
+
+  /// input_ids, token_type_ids [batch, sequence] (token_type_ids undefined: all 0).
+  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids = {}) {
+    const auto s = input_ids.size(1);
+    if (s > config.max_position_embeddings)
+      throw ConfigError("nn::BertModel: a sequence of " + std::to_string(s) + " tokens is longer than max_position_embeddings " +
+                        std::to_string(config.max_position_embeddings) + "; truncate it");
+    const auto positions = torch::arange(s, input_ids.options().dtype(torch::kLong)).unsqueeze(0);
+    // nn.Embedding's padding_idx: the padding token's row gets no gradient, as in transformers.
+    auto x = at::embedding(word_embeddings->weight, input_ids, config.pad_token_id.value_or(-1));
+    x = x + at::embedding(token_type_embeddings->weight,
+                          token_type_ids.defined() ? token_type_ids : torch::zeros_like(input_ids));
+    x = x + at::embedding(position_embeddings->weight, positions);
+    x = detail::apply(LayerNorm, x, config.layer_norm_eps);
+    return config.hidden_dropout_prob > 0 && is_training() ? at::dropout(x, config.hidden_dropout_prob, true) : x;
+  }
+
+  BertConfig config;
+  torch::nn::Embedding word_embeddings{nullptr}, position_embeddings{nullptr}, token_type_embeddings{nullptr};
+  torch::nn::LayerNorm LayerNorm{nullptr};
+};
+TORCH_MODULE(BertEmbeddings);
+
+/// `encoder.layer.N`: self-attention (`attention.self`, `attention.output`) and the feed-forward
+/// block (`intermediate`, `output`), each with a residual sum and a LayerNorm after it (post-norm).
+struct BertLayerImpl : torch::nn::Module {
+  explicit BertLayerImpl(const BertConfig& c) : config(c) {
+    const auto h = c.hidden_size;
+    auto attention = detail::bert_node(*this, "attention");
+    auto self = detail::bert_node(*attention, "self");
+    query = detail::bert_linear(*self, "query", h, h, c);
+    key = detail::bert_linear(*self, "key", h, h, c);
+    value = detail::bert_linear(*self, "value", h, h, c);
+    auto attention_output = detail::bert_node(*attention, "output");
+    attention_dense = detail::bert_linear(*attention_output, "dense", h, h, c);
+    attention_norm = detail::bert_norm(*attention_output, c);
+    intermediate = detail::bert_linear(*detail::bert_node(*this, "intermediate"), "dense", h, c.intermediate_size, c);
+    auto output = detail::bert_node(*this, "output");
+    output_dense = detail::bert_linear(*output, "dense", c.intermediate_size, h, c);
+    output_norm = detail::bert_norm(*output, c);
+  }
+
+  /// x [batch, sequence, hidden]; `mask` undefined or additive [batch, 1, 1, sequence]
+  /// (bert_attention_mask()).
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask = {}) {
+    const auto b = x.size(0), s = x.size(1), heads = config.num_attention_heads, width = config.hidden_size / heads;
+    const auto split = [&](const torch::nn::Linear& l) {  // [batch, heads, sequence, width]
+      return detail::apply(l, x).view({b, s, heads, width}).transpose(1, 2);
+    };
+    auto scores = at::matmul(split(query), split(key).transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(width)));
+    if (mask.defined()) scores = scores + mask;
+    auto weights = at::softmax(scores, -1);
+    weights = drop(weights, config.attention_probs_dropout_prob);
+    const auto context = at::matmul(weights, split(value)).transpose(1, 2).reshape({b, s, config.hidden_size});
+    const auto h = detail::apply(attention_norm, drop(detail::apply(attention_dense, context)) + x, config.layer_norm_eps);
+    auto f = detail::apply(intermediate, h);
+    if (config.hidden_act == "gelu") f = at::gelu(f);
+    else if (config.hidden_act == "relu") f = at::relu(f);
+    else f = at::gelu(f, "tanh");  // gelu_new, gelu_pytorch_tanh (BertConfig refuses the rest)
+    return detail::apply(output_norm, drop(detail::apply(output_dense, f)) + h, config.layer_norm_eps);
+  }
+
+  BertConfig config;
+  torch::nn::Linear query{nullptr}, key{nullptr}, value{nullptr};
+  torch::nn::Linear attention_dense{nullptr}, intermediate{nullptr}, output_dense{nullptr};
+  torch::nn::LayerNorm attention_norm{nullptr}, output_norm{nullptr};
+
+ private:
+  torch::Tensor drop(const torch::Tensor& t, double p = -1) {
+    if (p < 0) p = config.hidden_dropout_prob;
+    return p > 0 && is_training() ? at::dropout(t, p, true) : t;
+  }
+};
+TORCH_MODULE(BertLayer);
+
+/// The additive attention mask of transformers' attention_mask ([batch, sequence], 1 for a token,
+/// 0 for padding): [batch, 1, 1, sequence], 0 for a token and the dtype's lowest value for padding,
+/// as transformers' eager attention adds it. Undefined in, undefined out.
+inline torch::Tensor bert_attention_mask(const torch::Tensor& attention_mask, at::ScalarType dtype = at::kFloat) {
+  if (!attention_mask.defined()) return {};
+  if (attention_mask.dim() != 2)
+    throw ConfigError("nn::BertModel: attention_mask must be [batch, sequence], got " +
+                      std::to_string(attention_mask.dim()) + " dimensions");
+  const auto padding = attention_mask.eq(0).view({attention_mask.size(0), 1, 1, attention_mask.size(1)});
+  double lowest = std::numeric_limits<float>::lowest();
+  if (dtype == at::kDouble) lowest = std::numeric_limits<double>::lowest();
+  else if (dtype == at::kHalf) lowest = -65504.0;
+  else if (dtype == at::kBFloat16) lowest = -3.3895313892515355e38;
+  return at::zeros(padding.sizes(), attention_mask.options().dtype(dtype)).masked_fill_(padding, lowest);
+}
+
+/// What BertModel's forward returns.
+struct BertOutput {
+  torch::Tensor last_hidden_state;  // [batch, sequence, hidden]
+  torch::Tensor pooler_output;      // [batch, hidden]: tanh(pooler.dense(the first token's state))
+};
+
+/// transformers' BertModel: embeddings, encoder.layer.0..N-1, pooler.
+struct BertModelImpl : torch::nn::Module {
+  using Config = BertConfig;
+  explicit BertModelImpl(const Config& c = {}) : config(c) {
+    embeddings = register_module("embeddings", BertEmbeddings(c));
+    auto encoder = detail::bert_node(*this, "encoder");
+    layer = encoder->register_module("layer", torch::nn::ModuleList());
+    for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) layer->push_back(BertLayer(c));
+    pooler = detail::bert_linear(*detail::bert_node(*this, "pooler"), "dense", c.hidden_size, c.hidden_size, c);
+  }
+
+  /// input_ids [batch, sequence] (int64); attention_mask [batch, sequence], 1 for a token and 0
+  /// for padding (undefined: no padding); token_type_ids [batch, sequence] (undefined: all 0).
+  BertOutput forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {},
+                     const torch::Tensor& token_type_ids = {}) {
+    if (input_ids.dim() != 2)
+      throw ConfigError("nn::BertModel: input_ids must be [batch, sequence], got " + std::to_string(input_ids.dim()) +
+                        " dimensions");
+    auto x = embeddings(input_ids, token_type_ids);
+    const auto mask = bert_attention_mask(attention_mask, x.scalar_type());
+    for (const auto& l : *layer) x = l->as<BertLayerImpl>()->forward(x, mask);
+    auto pooled = at::tanh(detail::apply(pooler, x.select(1, 0)));
+    return {x, pooled};
+  }
+
+  Config config;
+  BertEmbeddings embeddings{nullptr};
+  torch::nn::ModuleList layer{nullptr};  // encoder.layer
+  torch::nn::Linear pooler{nullptr};     // pooler.dense
+};
+TORCH_MODULE(BertModel);
+
+/// transformers' BertForSequenceClassification: `bert` (BertModel), dropout on the pooled output,
+/// `classifier` (Linear hidden -> num_labels). forward returns the logits [batch, num_labels].
+struct BertForSequenceClassificationImpl : torch::nn::Module {
+  using Config = BertConfig;
+  explicit BertForSequenceClassificationImpl(const Config& c = {}) : config(c) {
+    bert = register_module("bert", BertModel(c));
+    classifier = detail::bert_linear(*this, "classifier", c.hidden_size, c.num_labels(), c);
+  }
+
+  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {},
+                        const torch::Tensor& token_type_ids = {}) {
+    auto pooled = bert(input_ids, attention_mask, token_type_ids).pooler_output;
+    const double p = config.classifier_dropout.value_or(config.hidden_dropout_prob);
+    if (p > 0 && is_training()) pooled = at::dropout(pooled, p, true);
+    return detail::apply(classifier, pooled);
+  }
+
+  Config config;
+  BertModel bert{nullptr};
+  torch::nn::Linear classifier{nullptr};
+};
+TORCH_MODULE(BertForSequenceClassification);
+
+/// Keys of a Hugging Face BERT file that are not weights: position_ids and token_type_ids, saved
+/// as buffers by transformers before 4.31 (all-MiniLM-L6-v2's file has position_ids), which
+/// transformers itself skips when it loads.
+inline bool is_bert_non_weight(const std::string& key) {
+  for (const std::string suffix : {"embeddings.position_ids", "embeddings.token_type_ids"})
+    if (key.size() >= suffix.size() && key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0) return true;
+  return false;
+}
+
+/// Loads a Hugging Face BERT's weights at `path` (a model directory, a .safetensors file, a
+/// sharded index or a torch.save state_dict: weights::read) into `model`, as transformers'
+/// from_pretrained does: the keys that are not weights (is_bert_non_weight) are skipped; a
+/// BertModel file (no `bert.` prefix) loads into a BertForSequenceClassification's `bert` with
+/// the classifier reported missing (keeping its initialisation), and a classification file loads
+/// into a BertModel through `bert.` with the classifier reported unexpected. Otherwise
+/// `options.strict` holds as in weights::load: a missing or unexpected name is an Error listing
+/// them, a shape mismatch always is.
+template <class M>
+  requires std::is_base_of_v<torch::nn::Module, M>
+weights::LoadReport load_pretrained(M& model, const std::filesystem::path& path, weights::LoadOptions options = {}) {
+  auto state = weights::read(path);
+  std::erase_if(state, [](const auto& kv) { return is_bert_non_weight(kv.first); });
+  const auto source = weights::detail::weights_format(path).second.string();
+  // A task model's file (transformers' BertFor*: the encoder under `bert.`), or a bare BertModel's.
+  const bool classification_file = std::any_of(state.begin(), state.end(), [](const auto& kv) { return kv.first.rfind("bert.", 0) == 0; });
+  if constexpr (std::is_base_of_v<BertForSequenceClassificationImpl, M>) {
+    if (!classification_file && options.prefix.empty()) {
+      auto report = weights::load_state_dict(*model.bert, std::move(state), source, options);
+      for (const auto& p : model.classifier->named_parameters()) report.missing.push_back("classifier." + p.key());
+      for (auto& k : report.missing)
+        if (k.rfind("classifier.", 0) != 0) k = "bert." + k;
+      return report;
+    }
+  } else if constexpr (std::is_base_of_v<BertModelImpl, M>) {
+    if (classification_file && options.prefix.empty()) {
+      options.prefix = "bert.";
+      std::vector<std::pair<std::string, torch::Tensor>> head;
+      std::erase_if(state, [&](const auto& kv) {
+        if (kv.first.rfind("bert.", 0) == 0) return false;
+        head.push_back(kv);  // a tensor handle: no copy of the data
+        return true;
+      });
+      auto report = weights::load_state_dict(model, std::move(state), source, options);
+      for (const auto& kv : head) report.unexpected.push_back(kv.first);
+      return report;
+    }
+  }
+  return weights::load_state_dict(model, std::move(state), source, options);
+}
+
+/// load_pretrained of a model handle (nn::BertModel, nn::BertForSequenceClassification).
+template <class M>
+weights::LoadReport load_pretrained(torch::nn::ModuleHolder<M>& model, const std::filesystem::path& path,
+                                    weights::LoadOptions options = {}) {
+  return load_pretrained(*model, path, std::move(options));
+}
+
+}  // namespace nn
+
+DTRAIN_NAMESPACE_END

@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// nn::BertConfig: a BERT-family encoder's sizes and labels as Hugging Face's `config.json` holds
+// them (BertConfig of transformers), read with BertConfig::from_pretrained(dir_or_file) and
+// written back as the same JSON (save_pretrained, and model_config.json in dtrain's checkpoints).
+//
+// The JSON form IS config.json's: the keys the model uses are fields; every other key (problem_type,
+// initializer_range's siblings, a tokenizer class, ...) is kept in `extra` and written back, so a
+// config read, saved in a checkpoint and exported loses nothing. Settings this implementation does
+// not compute (relative position embeddings, a decoder, cross-attention, an activation other than
+// GELU or ReLU) are a ConfigError naming the key and its value, never a silently different model.
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <dtrain/error.hpp>
+
+DTRAIN_NAMESPACE_BEGIN
+
+namespace nn {
+
+struct BertConfig {
+  std::int64_t vocab_size = 30522;
+  std::int64_t hidden_size = 768;
+  std::int64_t num_hidden_layers = 12;
+  std::int64_t num_attention_heads = 12;
+  std::int64_t intermediate_size = 3072;
+  /// "gelu" (exact, erf), "gelu_new" or "gelu_pytorch_tanh" (tanh approximation), "relu".
+  std::string hidden_act = "gelu";
+  double hidden_dropout_prob = 0.1;
+  double attention_probs_dropout_prob = 0.1;
+  std::int64_t max_position_embeddings = 512;
+  std::int64_t type_vocab_size = 2;
+  double layer_norm_eps = 1e-12;
+  /// The padding token: its embedding row gets no gradient (nn.Embedding's padding_idx). None
+  /// when config.json has null.
+  std::optional<std::int64_t> pad_token_id = 0;
+  double initializer_range = 0.02;
+  /// The classification head's dropout; none: hidden_dropout_prob (as transformers).
+  std::optional<double> classifier_dropout;
+  /// Label names by id (config.json's id2label; label2id is its inverse). Its size is num_labels.
+  std::vector<std::string> id2label = {"LABEL_0", "LABEL_1"};
+  /// config.json's other keys, written back as read.
+  nlohmann::json extra = nlohmann::json::object();
+
+  std::int64_t num_labels() const { return static_cast<std::int64_t>(id2label.size()); }
+  /// `n` labels named LABEL_0 ... LABEL_{n-1} (transformers' default names).
+  BertConfig& with_num_labels(std::int64_t n) {
+    id2label.clear();
+    for (std::int64_t i = 0; i < n; ++i) id2label.push_back("LABEL_" + std::to_string(i));
+    return *this;
+  }
+
+  /// Parses config.json's object; `source` names it in errors. Throws ConfigError for a value of
+  /// the wrong type, a size that cannot build the model, or a setting not implemented here.
+  static BertConfig from_json(const nlohmann::json& j, const std::string& source = "BertConfig");
+  /// Reads `path`: a Hugging Face model directory (its config.json) or a config.json file.
+  static BertConfig from_pretrained(const std::filesystem::path& path);
+  /// config.json's object: model_type "bert", the fields, id2label/label2id, then `extra`.
+  nlohmann::json to_json() const;
+
+  bool operator==(const BertConfig&) const = default;
+};
+
+namespace detail {
+
+/// Keys of config.json that say what a file was, not what the model is: dropped when read, so
+/// they are not carried as `extra` (save_pretrained writes its own).
+inline const std::set<std::string>& bert_volatile_keys() {
+  static const std::set<std::string> keys = {"_name_or_path", "architectures", "transformers_version", "model_type",
+                                             "num_labels", "label2id", "torch_dtype", "dtype"};
+  return keys;
+}
+
+}  // namespace detail
+
+inline BertConfig BertConfig::from_json(const nlohmann::json& j, const std::string& source) {
+  if (!j.is_object()) throw ConfigError(source + ": a BERT config must be a JSON object, got " + std::string(j.type_name()));
+  const auto fail = [&](const std::string& what) { return ConfigError(source + ": " + what); };
+  if (j.contains("model_type") && j["model_type"] != "bert")
+    throw fail("model_type " + j["model_type"].dump() +
+               " is not supported by nn::BertModel (only \"bert\": BERT, MiniLM and other models saved as BertModel)");
+  BertConfig c;
+  std::set<std::string> used;
+  const auto take = [&](const char* key, auto& field) {
+    used.insert(key);
+    if (!j.contains(key)) return;
+    try {
+      j.at(key).get_to(field);
+    } catch (const nlohmann::json::exception& e) {
+      throw fail(std::string("\"") + key + "\" is " + j.at(key).dump() + ", which is not a " +
+                 (std::is_same_v<std::decay_t<decltype(field)>, std::string> ? "string" : "number") + " (" + e.what() + ")");
+    }
+  };
+  take("vocab_size", c.vocab_size);
+  take("hidden_size", c.hidden_size);
+  take("num_hidden_layers", c.num_hidden_layers);
+  take("num_attention_heads", c.num_attention_heads);
+  take("intermediate_size", c.intermediate_size);
+  take("hidden_act", c.hidden_act);
+  take("hidden_dropout_prob", c.hidden_dropout_prob);
+  take("attention_probs_dropout_prob", c.attention_probs_dropout_prob);
+  take("max_position_embeddings", c.max_position_embeddings);
+  take("type_vocab_size", c.type_vocab_size);
+  take("layer_norm_eps", c.layer_norm_eps);
+  take("initializer_range", c.initializer_range);
+  for (const char* key : {"pad_token_id", "classifier_dropout"}) {
+    used.insert(key);
+    if (!j.contains(key) || j[key].is_null()) {
+      if (std::string(key) == "pad_token_id" && j.contains(key)) c.pad_token_id.reset();
+      continue;
+    }
+    if (!j[key].is_number()) throw fail(std::string("\"") + key + "\" is " + j[key].dump() + ", not a number or null");
+    if (std::string(key) == "pad_token_id") c.pad_token_id = j[key].get<std::int64_t>();
+    else c.classifier_dropout = j[key].get<double>();
+  }
+
+  // Settings that change what the model computes, and that this implementation does not compute.
+  const auto refuse = [&](const char* key, const nlohmann::json& supported, const std::string& what) {
+    used.insert(key);
+    if (j.contains(key) && j[key] != supported)
+      throw fail(std::string("\"") + key + "\": " + j[key].dump() + " is not supported (" + what + ")");
+  };
+  refuse("position_embedding_type", "absolute", "nn::BertModel has absolute position embeddings only");
+  refuse("is_decoder", false, "nn::BertModel is an encoder: no causal mask, no cache");
+  refuse("add_cross_attention", false, "nn::BertModel has no cross-attention");
+  refuse("embedding_size", j.value("hidden_size", c.hidden_size),
+         "embeddings as wide as hidden_size only; a factorised embedding is ALBERT's");
+  if (c.hidden_act != "gelu" && c.hidden_act != "gelu_new" && c.hidden_act != "gelu_pytorch_tanh" &&
+      c.hidden_act != "relu")
+    throw fail("\"hidden_act\": \"" + c.hidden_act +
+               "\" is not supported (nn::BertModel computes gelu, gelu_new, gelu_pytorch_tanh and relu)");
+
+  for (const auto& [name, value] : {std::pair{"vocab_size", c.vocab_size}, {"hidden_size", c.hidden_size},
+                                    {"num_hidden_layers", c.num_hidden_layers}, {"num_attention_heads", c.num_attention_heads},
+                                    {"intermediate_size", c.intermediate_size},
+                                    {"max_position_embeddings", c.max_position_embeddings},
+                                    {"type_vocab_size", c.type_vocab_size}})
+    if (value < (std::string(name) == "num_hidden_layers" ? 0 : 1))
+      throw fail(std::string("\"") + name + "\" is " + std::to_string(value) + "; it must be positive");
+  if (c.hidden_size % c.num_attention_heads != 0)
+    throw fail("\"hidden_size\" " + std::to_string(c.hidden_size) + " is not a multiple of \"num_attention_heads\" " +
+               std::to_string(c.num_attention_heads));
+  if (c.pad_token_id && (*c.pad_token_id < 0 || *c.pad_token_id >= c.vocab_size))
+    throw fail("\"pad_token_id\" " + std::to_string(*c.pad_token_id) + " is outside the vocabulary of " +
+               std::to_string(c.vocab_size));
+
+  // Labels: id2label ({"0": "neg", ...}, ids 0..n-1), else num_labels, else transformers' 2.
+  used.insert("id2label");
+  if (j.contains("id2label")) {
+    const auto& m = j["id2label"];
+    if (!m.is_object()) throw fail("\"id2label\" must be an object {\"0\": label, ...}, got " + m.dump());
+    std::vector<std::optional<std::string>> labels(m.size());
+    for (const auto& [key, value] : m.items()) {
+      std::size_t at = 0;
+      std::int64_t id = -1;
+      try {
+        id = std::stoll(key, &at);
+      } catch (const std::exception&) {
+      }
+      if (at != key.size() || id < 0 || id >= static_cast<std::int64_t>(m.size()) || !value.is_string() ||
+          labels[static_cast<std::size_t>(id)])
+        throw fail("\"id2label\" must map the ids 0.." + std::to_string(m.size() - 1) + " to label names; \"" + key +
+                   "\": " + value.dump() + " does not");
+      labels[static_cast<std::size_t>(id)] = value.get<std::string>();
+    }
+    c.id2label.clear();
+    for (auto& l : labels) c.id2label.push_back(*l);  // m.size() distinct ids below m.size(): all present
+  } else if (j.contains("num_labels")) {
+    if (!j["num_labels"].is_number_integer() || j["num_labels"].get<std::int64_t>() < 1)
+      throw fail("\"num_labels\" is " + j["num_labels"].dump() + "; it must be a positive integer");
+    c.with_num_labels(j["num_labels"].get<std::int64_t>());
+  }
+  if (j.contains("label2id")) {
+    const auto& m = j["label2id"];
+    bool agrees = m.is_object() && m.size() == c.id2label.size();
+    for (std::size_t i = 0; agrees && i < c.id2label.size(); ++i)
+      agrees = m.contains(c.id2label[i]) && m[c.id2label[i]].is_number_integer() &&
+               m[c.id2label[i]].get<std::int64_t>() == static_cast<std::int64_t>(i);
+    if (!agrees) throw fail("\"label2id\" " + m.dump() + " is not the inverse of \"id2label\"");
+  }
+  if (j.contains("num_labels") && j["num_labels"] != c.num_labels())
+    throw fail("\"num_labels\" " + j["num_labels"].dump() + " disagrees with \"id2label\"'s " +
+               std::to_string(c.num_labels()) + " labels");
+
+  for (const auto& [key, value] : j.items())
+    if (!used.count(key) && !detail::bert_volatile_keys().count(key)) c.extra[key] = value;
+  return c;
+}
+
+inline BertConfig BertConfig::from_pretrained(const std::filesystem::path& path) {
+  std::error_code ec;
+  // A directory, or a path that is not there and is not named like a file: the directory's config.json.
+  const bool directory = std::filesystem::is_directory(path, ec) ||
+                         (!std::filesystem::exists(path, ec) && path.extension() != ".json");
+  const auto file = directory ? path / "config.json" : path;
+  std::ifstream in(file);
+  if (!in)
+    throw ConfigError(file.string() + ": cannot be read; a Hugging Face model directory has its config.json beside "
+                      "model.safetensors");
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(file.string() + ": not JSON (" + e.what() + ")");
+  }
+  return from_json(j, file.string());
+}
+
+inline nlohmann::json BertConfig::to_json() const {
+  nlohmann::json j = extra.is_object() ? extra : nlohmann::json::object();
+  j["model_type"] = "bert";
+  j["vocab_size"] = vocab_size;
+  j["hidden_size"] = hidden_size;
+  j["num_hidden_layers"] = num_hidden_layers;
+  j["num_attention_heads"] = num_attention_heads;
+  j["intermediate_size"] = intermediate_size;
+  j["hidden_act"] = hidden_act;
+  j["hidden_dropout_prob"] = hidden_dropout_prob;
+  j["attention_probs_dropout_prob"] = attention_probs_dropout_prob;
+  j["max_position_embeddings"] = max_position_embeddings;
+  j["type_vocab_size"] = type_vocab_size;
+  j["layer_norm_eps"] = layer_norm_eps;
+  j["pad_token_id"] = pad_token_id ? nlohmann::json(*pad_token_id) : nlohmann::json(nullptr);
+  j["initializer_range"] = initializer_range;
+  j["classifier_dropout"] = classifier_dropout ? nlohmann::json(*classifier_dropout) : nlohmann::json(nullptr);
+  j["position_embedding_type"] = "absolute";
+  j["id2label"] = nlohmann::json::object();
+  j["label2id"] = nlohmann::json::object();
+  for (std::size_t i = 0; i < id2label.size(); ++i) {
+    j["id2label"][std::to_string(i)] = id2label[i];
+    j["label2id"][id2label[i]] = i;
+  }
+  return j;
+}
+
+/// nlohmann::json's conversions (checkpointer::DescribedModel): config.json's form both ways.
+inline void to_json(nlohmann::json& j, const BertConfig& c) { j = c.to_json(); }
+inline void from_json(const nlohmann::json& j, BertConfig& c) { c = BertConfig::from_json(j); }
+
+}  // namespace nn
+
+DTRAIN_NAMESPACE_END
