@@ -126,6 +126,11 @@ check(params["train_loop_config"]["quality"] == 0.3 and params["train_loop_confi
 dom = render(os.path.join(exp, "report.html"), os.path.join(workdir, "tune_report.png"), "1000,900")
 check(dom.count('class="line"') == len(qualities), "report.html draws a curve per trial (%d)" % dom.count('class="line"'))
 check(dom.count('class="trial"') == len(qualities), "report.html has a row per trial")
+check(dom.count('class="legend"') == len(qualities), "the chart's legend names every trial (%d)" % dom.count('class="legend"'))
+p = subprocess.run([scenarios, workdir, "launched", "fifo", "1"], env=dict(os.environ, RANK="0", WORLD_SIZE="1",
+                   LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="1"), stdout=subprocess.PIPE,
+                   stderr=subprocess.PIPE, text=True, timeout=120)
+check(p.returncode == 1 and "runs under a launcher" in p.stderr, "a Tuner under torchrun is refused: %s" % p.stderr[-300:])
 stopped = sum(1 for s in expected if s)
 check(dom.count("(stopped early)") == stopped, "report.html marks the %d trials ASHA stopped" % stopped)
 mlflow = subprocess.run([venv_python, "-c", """

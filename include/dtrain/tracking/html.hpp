@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <ctime>
 #include <limits>
 #include <string>
@@ -134,17 +135,33 @@ struct Marker {
 };
 
 /// A line chart as inline SVG (`svg.curve[data-metric=title]`), one polyline per series
-/// (`polyline.line[data-series][data-points]`) in its own colour, a legend when there are two or
-/// more or a series has a label, and markers as dashed vertical lines (`line.restart`). Points carry a <title> (dots are
+/// (`polyline.line[data-series][data-points]`) in its own colour (nine, then again), a legend when
+/// there are two or more or a series has a label (in rows, as many as its entries need), and markers as dashed vertical lines (`line.restart`). Points carry a <title> (dots are
 /// drawn for series of up to 60 points; longer ones are thinned to at most 1,000 for the page).
 /// Empty when no series has a point.
 inline std::string line_chart(const std::string& id, const std::string& title, const std::string& x_label,
                               const std::vector<Series>& series, const std::vector<Marker>& markers = {}) {
-  static constexpr const char* colours[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"};
-  static constexpr std::size_t most_points = 1000, dotted_up_to = 60;
+  // Tableau's ten, less the red that marks restarts.
+  static constexpr const char* colours[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b",
+                                            "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+  static constexpr std::size_t n_colours = std::size(colours), most_points = 1000, dotted_up_to = 60;
   const bool legend =
       series.size() > 1 || std::any_of(series.begin(), series.end(), [](const Series& s) { return !s.label.empty(); });
-  const double W = 480, H = legend ? 290 : 270, left = 62, right = 16, top = legend ? 50 : 30, bottom = 42;
+  const double W = 480, left = 62, right = 16, bottom = 42;
+  // The legend's entries, row by row: a row ends where the next entry would pass the frame.
+  std::vector<std::pair<double, int>> entry_at;  // x, row
+  int rows = 0;
+  if (legend) {
+    double x = left;
+    for (const auto& se : series) {
+      const double width = 32 + 6.2 * static_cast<double>((se.label.empty() ? se.name : se.label).size());
+      if (x > left && x + width - 12 > W - right) x = left, ++rows;
+      entry_at.emplace_back(x, rows);
+      x += width;
+    }
+    ++rows;
+  }
+  const double top = 30 + 20 * rows, H = 270 + 20 * rows;
   double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
   std::vector<std::vector<std::pair<double, double>>> lines;
   for (const auto& s : series) {
@@ -178,15 +195,13 @@ inline std::string line_chart(const std::string& id, const std::string& title, c
                   number(H) + "\" viewBox=\"0 0 " + number(W) + " " + number(H) + "\" role=\"img\">";
   s += "<title>" + escape(title) + " by " + escape(x_label) + "</title>";
   s += "<text x=\"" + number(W / 2) + "\" y=\"18\" text-anchor=\"middle\" class=\"title\">" + escape(title) + "</text>";
-  if (legend) {
-    double x = left;
-    for (std::size_t i = 0; i < series.size(); ++i) {
-      const std::string text = series[i].label.empty() ? series[i].name : series[i].label;
-      s += "<g class=\"legend\"><line x1=\"" + number(x) + "\" x2=\"" + number(x + 16) + "\" y1=\"34\" y2=\"34\" "
-           "stroke=\"" + colours[i % 6] + "\" stroke-width=\"3\"/><text class=\"tick\" x=\"" + number(x + 20) +
-           "\" y=\"38\">" + escape(text) + "</text></g>";
-      x += 32 + 6.2 * static_cast<double>(text.size());
-    }
+  for (std::size_t i = 0; i < entry_at.size(); ++i) {
+    const std::string text = series[i].label.empty() ? series[i].name : series[i].label;
+    const auto [x, row] = entry_at[i];
+    const double y = 34 + 20 * row;
+    s += "<g class=\"legend\"><line x1=\"" + number(x) + "\" x2=\"" + number(x + 16) + "\" y1=\"" + number(y) +
+         "\" y2=\"" + number(y) + "\" stroke=\"" + colours[i % n_colours] + "\" stroke-width=\"3\"/><text class=\"tick\" x=\"" +
+         number(x + 20) + "\" y=\"" + number(y + 4) + "\">" + escape(text) + "</text></g>";
   }
   for (double t : ticks(y0, y1)) {
     const double y = py(t);
@@ -213,7 +228,7 @@ inline std::string line_chart(const std::string& id, const std::string& title, c
   for (std::size_t i = 0; i < series.size(); ++i) {
     const auto& pts = lines[i];
     if (pts.empty()) continue;
-    const std::string colour = colours[i % 6];
+    const std::string colour = colours[i % n_colours];
     std::string poly;
     for (const auto& [x, y] : pts) poly += number(px(x)) + "," + number(py(y)) + " ";
     s += "<polyline class=\"line\" stroke=\"" + colour + "\" data-series=\"" + escape(series[i].name) +

@@ -117,6 +117,10 @@ class Tuner {
       if (std::filesystem::path(*trial).parent_path() != path()) return ResultGrid::from_path(path());  // an earlier Tuner
       run_trial(*trial, loop);
     }
+    if (launch::detect_worker())
+      throw ConfigError("tune::Tuner::fit runs under a launcher (torchrun, Slurm, Open MPI): a Tuner starts its "
+                        "trials, and each trial its workers (ScalingConfig::num_workers), itself; run the program "
+                        "directly, as one process");
     return drive();
   }
 
