@@ -18,7 +18,8 @@ Python torch: DistributedDataParallel, torch.autocast (+ torch.amp.GradScaler fo
 gathered on the CPU, pinned and copied with non_blocking=True. With one worker, also Python's
 fastest single-process loop: no DDP wrapper and SGD(fused=True) ("torch fused" below). dtrain:
 tests/gpu/train_gpu.cpp (backend::nccl, strategy::ddp<>, amp<...>, ctx.shard()'s prefetcher, ctx.step's
-fused SGD), the same model and loop.
+fused SGD), the same model and loop; with one worker also "dtrain graph": the same loop with its step
+captured in a CUDA graph (ctx.graphed_step, `train_gpu --graph 1`).
 
 --profile DIR: after the timed runs, each side runs once more with `--profile-steps` (5) steps under
 the profiler after its timed steps (Python's torch.profiler; LibTorch's Kineto in train_gpu, in the
@@ -217,12 +218,14 @@ def run_torch(a):
     return r
 
 
-def run_dtrain(a, plain=False):
+def run_dtrain(a, plain=False, graph=False):
     cmd = [os.path.abspath(a.train_gpu), "--model", a.model, "--precision", a.precision,
            "--workers", str(a.workers), "--steps", str(a.steps), "--warmup", str(a.warmup),
            "--batch", str(a.batch), "--samples", str(a.samples)]
     if plain:
         cmd += ["--plain", "1"]
+    if graph:
+        cmd += ["--graph", "1"]
     if a.profile_to:
         cmd += ["--profile", a.profile_to, "--profile-steps", str(a.profile_steps)]
     if a.model == "transformer":
@@ -272,9 +275,9 @@ def profile_config(out_dir, a, fused, config):
     os.makedirs(out_dir, exist_ok=True)
     tag = config.replace(":", "_")
     sides = {}
-    for side, run in (("dtrain", lambda x: run_dtrain(x)), ("libtorch", lambda x: run_dtrain(x, plain=True)),
-                      ("torch", run_torch), ("torch_fused", run_torch)):
-        if side == "torch_fused" and a.workers != 1:
+    for side, run in (("dtrain", lambda x: run_dtrain(x)), ("dtrain_graph", lambda x: run_dtrain(x, graph=True)),
+                      ("libtorch", lambda x: run_dtrain(x, plain=True)), ("torch", run_torch), ("torch_fused", run_torch)):
+        if side in ("torch_fused", "dtrain_graph") and a.workers != 1:
             continue
         x = argparse.Namespace(**{**vars(fused if side == "torch_fused" else a),
                                   "profile_to": os.path.abspath(os.path.join(out_dir, f"{tag}_{side}.json"))})
@@ -349,7 +352,7 @@ def main():
                                batch=args.cnn_batch if cnn else args.tf_batch,
                                samples=60000 if cnn else max(4096, 4 * args.tf_batch * args.workers))
         fused = argparse.Namespace(**{**vars(a), "variant": "fused"})
-        ours, theirs, theirs_fused = [], [], []
+        ours, ours_graph, theirs, theirs_fused = [], [], [], []
 
         def measured(side, run, x):
             with idle.Run() as r:
@@ -362,10 +365,16 @@ def main():
             if args.workers == 1:
                 measured(theirs_fused, run_torch, fused)
             measured(ours, run_dtrain, a)
+            if args.workers == 1:
+                try:
+                    measured(ours_graph, lambda x: run_dtrain(x, graph=True), a)
+                except subprocess.CalledProcessError as e:  # the other sides' figures still count
+                    print(f"dtrain graph failed ({config}): {e.stderr[-2000:]}", file=sys.stderr, flush=True)
         flops = flops_per_sample(a, model)
         row = {"model": model, "precision": precision, "batch_per_gpu": a.batch, "steps": a.steps,
                "flops_per_sample": flops}
-        for side, runs in (("dtrain", ours), ("torch", theirs), ("torch_fused", theirs_fused)):
+        for side, runs in (("dtrain", ours), ("dtrain_graph", ours_graph), ("torch", theirs),
+                           ("torch_fused", theirs_fused)):
             if not runs:
                 continue
             sps = median(runs, "samples_per_s")
@@ -377,8 +386,11 @@ def main():
         row["ratio"] = row["dtrain"]["samples_per_s"] / row["torch"]["samples_per_s"]
         if theirs_fused:
             row["ratio_fused"] = row["dtrain"]["samples_per_s"] / row["torch_fused"]["samples_per_s"]
+        if ours_graph:
+            row["ratio_graph"] = row["dtrain_graph"]["samples_per_s"] / row["torch"]["samples_per_s"]
+            row["ratio_graph_fused"] = row["dtrain_graph"]["samples_per_s"] / row["torch_fused"]["samples_per_s"]
         rows.append(row)
-        everything["configs"].append({**row, "dtrain_runs": ours, "torch_runs": theirs,
+        everything["configs"].append({**row, "dtrain_runs": ours, "dtrain_graph_runs": ours_graph, "torch_runs": theirs,
                                       "torch_fused_runs": theirs_fused})
         print(json.dumps(row), flush=True)
         if args.profile and config in (args.profile_configs or args.configs).split(","):
@@ -393,6 +405,10 @@ def main():
         if "torch_fused" in r:
             print(f"{r['model']} {r['precision']}: torch fused single-process {r['torch_fused']['samples_per_s']:.0f} "
                   f"samples/s (MFU {100 * r['torch_fused']['mfu']:.1f} %); dtrain/that {r['ratio_fused']:.2f}")
+        if "dtrain_graph" in r:
+            print(f"{r['model']} {r['precision']}: dtrain graph {r['dtrain_graph']['samples_per_s']:.0f} samples/s "
+                  f"(MFU {100 * r['dtrain_graph']['mfu']:.1f} %); /torch {r['ratio_graph']:.2f}, "
+                  f"/torch fused {r['ratio_graph_fused']:.2f}")
     print(f"{'model':<12}{'prec':<6}{'dtrain sam/s':>13}{'torch sam/s':>13}{'ratio':>7}{'MFU d/t %':>12}"
           f"{'startup d/t s':>15}{'peak alloc d/t MiB':>20}{'loss d/t':>13}")
     for r in rows:

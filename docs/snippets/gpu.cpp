@@ -29,4 +29,27 @@ int main() {
       }
   });
   // [gpu.md]
+
+  // [gpu.md graphed]
+  using OneGpu = dtrain::Trainer<Net, dtrain::data::FashionMnist, dtrain::backend::nccl,
+                                 dtrain::precision::amp<dtrain::precision::bf16>,  // bf16 or fp32: no loss scaling
+                                 dtrain::checkpointer::directory<>>;
+  OneGpu one_gpu({.num_workers = 1});
+  one_gpu.fit([&](OneGpu::context& ctx) {
+    auto model = ctx.prepare_model(Net());
+    torch::optim::AdamW adamw(model->parameters(), 1e-3);  // SGD, Adam or AdamW
+    dtrain::schedule::WarmupCosine schedule(adamw, {.warmup_steps = 100, .total_steps = 5000});
+    auto step = ctx.graphed_step(adamw, [&](const torch::Tensor& x, const torch::Tensor& y) {
+      auto autocast = ctx.autocast();
+      return torch::nn::functional::cross_entropy(model->forward(x), y);  // forward only: returns the loss
+    });
+    for (auto epoch : ctx.epochs(10)) {
+      for (const auto& batch : ctx.shard(data.train(), 1024)) {
+        auto loss = step(batch.data, batch.target);  // forward, backward and AdamW's step: one graph launch
+        schedule.step();                              // the new learning rate reaches the graph
+      }
+      ctx.report({{"epoch", epoch}, {"replays", step.replays()}}, ctx.checkpoint(model, adamw));
+    }
+  });
+  // [gpu.md graphed]
 }

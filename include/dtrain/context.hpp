@@ -28,6 +28,7 @@
 #include <dtrain/concept/sampler.hpp>
 #include <dtrain/concept/strategy.hpp>
 #include <dtrain/config.hpp>
+#include <dtrain/context/graphed_step.hpp>
 #include <dtrain/context/models.hpp>
 #include <dtrain/context/stoppable.hpp>
 #include <dtrain/data/dataset.hpp>
@@ -207,10 +208,18 @@ class Context {
   bool step(Optimizer& opt) {
     check_optimizer(opt);
     const bool stepped = precision_.step(opt);
-    cursor_.trained();
-    ++steps_;
-    meter_.on_step(steps_, cursor_.epoch(), cursor_.epoch_batches());
+    count_step();
     return stepped;
+  }
+
+  /// The training step captured in a CUDA graph and replayed: `forward(inputs...)` returns the
+  /// loss; each `step(inputs...)` call then runs forward, backward and opt's step as one graph
+  /// launch and returns the loss. For one worker on a GPU, static shapes, SGD/Adam/AdamW, fp32 or
+  /// amp<bf16>; see context/graphed_step.hpp for what it captures and what it refuses.
+  /// `auto step = ctx.graphed_step(opt, [&](const auto& x, const auto& y) { return loss_fn(model(x), y); });`
+  template <class Optimizer, class Forward>
+  auto graphed_step(Optimizer& opt, Forward forward, GraphOptions options = {}) {
+    return GraphedStep<Context, Optimizer, Forward>(*this, opt, std::move(forward), options);
   }
 
   /// Values to record with the step history's next row (steps.jsonl, every
@@ -396,6 +405,19 @@ class Context {
 
   // The synchronised part of report(): the barrier, and rank 0's row appended to the history.
   Metrics record(const Metrics& metrics);
+
+  void count_step() {
+    cursor_.trained();
+    ++steps_;
+    meter_.on_step(steps_, cursor_.epoch(), cursor_.epoch_batches());
+  }
+  // A step that GraphedStep replayed: what backward() and step() count, without their work.
+  template <class, class, class>
+  friend class GraphedStep;
+  void count_replayed_step(const torch::Tensor& loss) {
+    meter_.on_backward(loss);
+    count_step();
+  }
 
   // stop_.should_stop at this step; remembers an answer of true (the loop is cut short).
   bool stopping() {

@@ -46,6 +46,27 @@ dtrain::Result train(Trainer& trainer, const dtrain::data::FashionMnist& data) {
   });
 }
 
+// The step captured in a CUDA graph (ctx.graphed_step), with AdamW and SGD.
+template <class Trainer, class Optimizer>
+dtrain::Result train_graphed(Trainer& trainer, const dtrain::data::FashionMnist& data) {
+  return trainer.fit([&](typename Trainer::context& ctx) {
+    auto model = ctx.prepare_model(Net());
+    Optimizer opt(model->parameters(), 0.01);
+    auto step = ctx.graphed_step(opt, [&](const torch::Tensor& x, const torch::Tensor& y) {
+      auto autocast = ctx.autocast();
+      return torch::nn::functional::cross_entropy(model->forward(x), y);
+    });
+    for (auto epoch : ctx.epochs(2)) {
+      for (const auto& batch : ctx.shard(data.train(), 256)) step(batch.data, batch.target);
+      ctx.report({{"epoch", epoch}, {"replays", step.replays()}}, ctx.checkpoint(model, opt));
+    }
+  });
+}
+using GraphedTrainer = dtrain::Trainer<Net, dtrain::data::FashionMnist, dtrain::backend::nccl,
+                                       dtrain::precision::amp<dtrain::precision::bf16>, dtrain::checkpointer::directory<>>;
+template dtrain::Result train_graphed<GraphedTrainer, torch::optim::AdamW>(GraphedTrainer&, const dtrain::data::FashionMnist&);
+template dtrain::Result train_graphed<GraphedTrainer, torch::optim::SGD>(GraphedTrainer&, const dtrain::data::FashionMnist&);
+
 // The Trainers of the GPU path, fit() and all.
 template dtrain::Result train(dtrain::Trainer<Net, dtrain::data::FashionMnist, dtrain::backend::nccl,
                                               dtrain::precision::amp<dtrain::precision::fp16>, dtrain::strategy::ddp<>,

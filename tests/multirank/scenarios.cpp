@@ -208,6 +208,20 @@ int run_sharded(const Args& a) {
 // Ranks that issue different collectives at the same point, as a branch on the rank would: the
 // run must fail naming both calls, never hand one rank the other's bytes. A run that returns
 // normally prints RESULT and exits 0, which the test counts as the bug.
+// ctx.graphed_step on CPU workers: refused when the step is made (CUDA graphs capture GPU work).
+int run_graphed_on_cpu(const Args& a) {
+  Trainer trainer({.num_workers = a.workers}, {.storage_path = a.storage, .name = a.scenario});
+  trainer.fit([&](Trainer::context& ctx) {
+    auto model = ctx.prepare_model(small_model(8, 4));
+    torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+    auto step = ctx.graphed_step(sgd, [&](const torch::Tensor& x, const torch::Tensor& y) {
+      return torch::nn::functional::cross_entropy(model->forward(x), y);
+    });
+    step(torch::randn({4, 8}), torch::zeros({4}, torch::kLong));
+  });
+  return 0;
+}
+
 int run_mismatch(const Args& a) {
   Trainer trainer({.num_workers = a.workers},
                   {.storage_path = a.storage, .name = a.scenario, .collective_timeout = std::chrono::seconds(20)});
@@ -521,6 +535,7 @@ int main(int argc, char** argv) try {
   const Args a = parse(argc, argv);
   if (a.scenario == "collectives") return run_collectives(a);
   if (a.scenario == "mismatch") return run_mismatch(a);
+  if (a.scenario == "graphed_on_cpu") return run_graphed_on_cpu(a);
   if (a.scenario == "hierarchical") return run_hierarchical(a);
   if (a.scenario.rfind("fsdp_", 0) == 0) {
     if (a.scenario == "fsdp_bad_optimizer" || a.strategy == "fsdp") return run_sharded<FsdpTrainer>(a);

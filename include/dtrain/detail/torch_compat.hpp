@@ -7,8 +7,10 @@
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include <ATen/autocast_mode.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/optim/optimizer.h>
 #include <torch/version.h>
 
@@ -68,6 +70,10 @@ inline void set_autocast(at::DeviceType type, bool enabled, at::ScalarType dtype
   }
 #endif
 }
+
+/// The handle of a parameter's gradient accumulator (autograd's Node) that DDP's hooks hold:
+/// a std::shared_ptr up to LibTorch 2.11 at least, a c10::intrusive_ptr in 2.15.
+using grad_accumulator_ptr = decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()));
 
 /// LibTorch autocasts CPU code to fp16 from 2.4 on; before, to bf16 only.
 inline constexpr bool cpu_autocasts_fp16 = DTRAIN_TORCH_AT_LEAST(2, 4);

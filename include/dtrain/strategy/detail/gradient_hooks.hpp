@@ -20,6 +20,7 @@
 
 #include <dtrain/collective.hpp>
 #include <dtrain/detail/buffer_sync.hpp>
+#include <dtrain/detail/torch_compat.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -91,7 +92,7 @@ class gradient_hooks {
 
  private:
   std::weak_ptr<Owner> owner_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<compat::grad_accumulator_ptr> accumulators_;
   std::vector<std::uintptr_t> keys_;
   bool queued_ = false;
 };
