@@ -43,7 +43,7 @@
 
 // Every data header that needs no optional library (docs/data.md's code compiles with this
 // header alone); data/image.hpp and data/image_folder.hpp need OpenCV (dtrain::images) and are
-// included by name.
+// included by name, as is data/vit_image_processor.hpp.
 #include <dtrain/data/collate.hpp>
 #include <dtrain/data/csv.hpp>
 #include <dtrain/data/csv_table.hpp>
@@ -73,6 +73,7 @@
 #include <dtrain/nn/bert.hpp>
 #include <dtrain/nn/bert_export.hpp>
 #include <dtrain/nn/encoder.hpp>
+#include <dtrain/nn/vit.hpp>
 #include <dtrain/evaluation/validation.hpp>
 
 #include <dtrain/launch/environment.hpp>

@@ -20,6 +20,7 @@ OPTIONAL = {
     "dtrain/data/image_folder.hpp": "OpenCV (the dtrain::images target)",
     "dtrain/data/image_transforms.hpp": "OpenCV (the dtrain::images target)",
     "dtrain/evaluation/image_inputs.hpp": "OpenCV (the dtrain::images target)",
+    "dtrain/data/vit_image_processor.hpp": "OpenCV (the dtrain::images target)",
 }
 
 

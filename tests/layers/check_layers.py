@@ -19,7 +19,7 @@ LAYERS = [
     ("error/version", ["error.hpp", "version.hpp", "memory.hpp", "progress_mark.hpp"]),
     ("vocabulary", ["policy/category.hpp", "collective.hpp"]),
     ("configuration", ["config.hpp", "metrics.hpp", "run_directory.hpp"]),
-    ("data and launch", ["data/", "data/image.hpp", "data/image_folder.hpp", "sampler/", "launch/", "detail/"]),
+    ("data and launch", ["data/", "data/image.hpp", "data/image_folder.hpp", "data/vit_image_processor.hpp", "sampler/", "launch/", "detail/"]),
     ("backends and checkpointers", ["backend/", "backend/detail/hierarchical.hpp", "checkpointer/", "weights.hpp", "weights/", "concept/backend.hpp", "concept/checkpointer.hpp",
                                     "concept/sampler.hpp", "concept/archetypes.hpp"]),
     ("strategies, precisions, evaluation", ["strategy/", "precision/", "evaluation/", "schedule/", "nn/",

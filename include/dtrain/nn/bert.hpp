@@ -20,7 +20,8 @@
 // nn::save_pretrained (nn/bert_export.hpp) writes a directory transformers loads.
 //
 // Like nn/encoder.hpp, the layers call ATen (at::linear, at::layer_norm, at::embedding) on the
-// registered parameters rather than LibTorch's module forwards, which add a bias pass per Linear.
+// registered parameters rather than LibTorch's module forwards, which add a bias pass per Linear;
+// the encoder layers are nn/encoder.hpp's HubEncoderLayer (BERT layout), which nn/vit.hpp shares.
 
 #include <algorithm>
 #include <cmath>
@@ -44,6 +45,8 @@
 
 #include <dtrain/error.hpp>
 #include <dtrain/nn/bert_config.hpp>
+#include <dtrain/nn/encoder.hpp>
+#include <dtrain/nn/pretrained.hpp>
 #include <dtrain/weights.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -54,29 +57,17 @@ namespace detail {
 
 inline torch::nn::Linear bert_linear(torch::nn::Module& parent, const std::string& name, std::int64_t in,
                                      std::int64_t out, const BertConfig& c) {
-  auto l = parent.register_module(name, torch::nn::Linear(in, out));
   // transformers' BertPreTrainedModel._init_weights: normal(0, initializer_range), zero bias.
-  torch::NoGradGuard no_grad;
-  l->weight.normal_(0, c.initializer_range);
-  l->bias.zero_();
-  return l;
+  return hub_linear(parent, name, in, out, c.initializer_range);
 }
 
 inline torch::nn::LayerNorm bert_norm(torch::nn::Module& parent, const BertConfig& c) {
-  return parent.register_module(
-      "LayerNorm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden_size}).eps(c.layer_norm_eps)));
+  return hub_norm(parent, "LayerNorm", c.hidden_size, c.layer_norm_eps);
 }
 
-/// A module that only names its children (transformers' BertAttention, BertIntermediate, ...):
-/// their forward is the layer's.
+/// A module that only names its children (transformers' BertAttention, BertIntermediate, ...).
 inline std::shared_ptr<torch::nn::Module> bert_node(torch::nn::Module& parent, const std::string& name) {
-  return parent.register_module(name, std::make_shared<torch::nn::Module>());
-}
-
-inline torch::Tensor apply(const torch::nn::Linear& l, const torch::Tensor& x) { return at::linear(x, l->weight, l->bias); }
-
-inline torch::Tensor apply(const torch::nn::LayerNorm& n, const torch::Tensor& x, double eps) {
-  return at::layer_norm(x, {x.size(-1)}, n->weight, n->bias, eps);
+  return hub_node(parent, name);
 }
 
 }  // namespace detail
@@ -117,54 +108,21 @@ struct BertEmbeddingsImpl : torch::nn::Module {
 TORCH_MODULE(BertEmbeddings);
 
 /// `encoder.layer.N`: self-attention (`attention.self`, `attention.output`) and the feed-forward
-/// block (`intermediate`, `output`), each with a residual sum and a LayerNorm after it (post-norm).
-struct BertLayerImpl : torch::nn::Module {
-  explicit BertLayerImpl(const BertConfig& c) : config(c) {
-    const auto h = c.hidden_size;
-    auto attention = detail::bert_node(*this, "attention");
-    auto self = detail::bert_node(*attention, "self");
-    query = detail::bert_linear(*self, "query", h, h, c);
-    key = detail::bert_linear(*self, "key", h, h, c);
-    value = detail::bert_linear(*self, "value", h, h, c);
-    auto attention_output = detail::bert_node(*attention, "output");
-    attention_dense = detail::bert_linear(*attention_output, "dense", h, h, c);
-    attention_norm = detail::bert_norm(*attention_output, c);
-    intermediate = detail::bert_linear(*detail::bert_node(*this, "intermediate"), "dense", h, c.intermediate_size, c);
-    auto output = detail::bert_node(*this, "output");
-    output_dense = detail::bert_linear(*output, "dense", c.intermediate_size, h, c);
-    output_norm = detail::bert_norm(*output, c);
-  }
+/// block (`intermediate`, `output`), each with a residual sum and a LayerNorm after it (post-norm):
+/// nn/encoder.hpp's HubEncoderLayer in its BERT layout.
+inline HubEncoderLayerOptions bert_layer_options(const BertConfig& c) {
+  return HubEncoderLayerOptions(c.hidden_size, c.num_attention_heads, c.intermediate_size)
+      .layout(HubLayout::bert)
+      .activation(c.hidden_act)
+      .hidden_dropout(c.hidden_dropout_prob)
+      .attention_dropout(c.attention_probs_dropout_prob)
+      .layer_norm_eps(c.layer_norm_eps)
+      .initializer_range(c.initializer_range);
+}
 
-  /// x [batch, sequence, hidden]; `mask` undefined or additive [batch, 1, 1, sequence]
-  /// (bert_attention_mask()).
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask = {}) {
-    const auto b = x.size(0), s = x.size(1), heads = config.num_attention_heads, width = config.hidden_size / heads;
-    const auto split = [&](const torch::nn::Linear& l) {  // [batch, heads, sequence, width]
-      return detail::apply(l, x).view({b, s, heads, width}).transpose(1, 2);
-    };
-    auto scores = at::matmul(split(query), split(key).transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(width)));
-    if (mask.defined()) scores = scores + mask;
-    auto weights = at::softmax(scores, -1);
-    weights = drop(weights, config.attention_probs_dropout_prob);
-    const auto context = at::matmul(weights, split(value)).transpose(1, 2).reshape({b, s, config.hidden_size});
-    const auto h = detail::apply(attention_norm, drop(detail::apply(attention_dense, context)) + x, config.layer_norm_eps);
-    auto f = detail::apply(intermediate, h);
-    if (config.hidden_act == "gelu") f = at::gelu(f);
-    else if (config.hidden_act == "relu") f = at::relu(f);
-    else f = at::gelu(f, "tanh");  // gelu_new, gelu_pytorch_tanh (BertConfig refuses the rest)
-    return detail::apply(output_norm, drop(detail::apply(output_dense, f)) + h, config.layer_norm_eps);
-  }
-
+struct BertLayerImpl : HubEncoderLayerImpl {
+  explicit BertLayerImpl(const BertConfig& c) : HubEncoderLayerImpl(bert_layer_options(c)), config(c) {}
   BertConfig config;
-  torch::nn::Linear query{nullptr}, key{nullptr}, value{nullptr};
-  torch::nn::Linear attention_dense{nullptr}, intermediate{nullptr}, output_dense{nullptr};
-  torch::nn::LayerNorm attention_norm{nullptr}, output_norm{nullptr};
-
- private:
-  torch::Tensor drop(const torch::Tensor& t, double p = -1) {
-    if (p < 0) p = config.hidden_dropout_prob;
-    return p > 0 && is_training() ? at::dropout(t, p, true) : t;
-  }
 };
 TORCH_MODULE(BertLayer);
 
@@ -263,7 +221,7 @@ inline bool is_bert_non_weight(const std::string& key) {
 /// `options.strict` holds as in weights::load: a missing or unexpected name is an Error listing
 /// them, a shape mismatch always is.
 template <class M>
-  requires std::is_base_of_v<torch::nn::Module, M>
+  requires std::is_base_of_v<BertModelImpl, M> || std::is_base_of_v<BertForSequenceClassificationImpl, M>
 weights::LoadReport load_pretrained(M& model, const std::filesystem::path& path, weights::LoadOptions options = {}) {
   auto state = weights::read(path);
   std::erase_if(state, [](const auto& kv) { return is_bert_non_weight(kv.first); });
@@ -293,13 +251,6 @@ weights::LoadReport load_pretrained(M& model, const std::filesystem::path& path,
     }
   }
   return weights::load_state_dict(model, std::move(state), source, options);
-}
-
-/// load_pretrained of a model handle (nn::BertModel, nn::BertForSequenceClassification).
-template <class M>
-weights::LoadReport load_pretrained(torch::nn::ModuleHolder<M>& model, const std::filesystem::path& path,
-                                    weights::LoadOptions options = {}) {
-  return load_pretrained(*model, path, std::move(options));
 }
 
 }  // namespace nn

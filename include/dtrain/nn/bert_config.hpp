@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include <dtrain/error.hpp>
+#include <dtrain/nn/hub_config.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -156,41 +157,7 @@ inline BertConfig BertConfig::from_json(const nlohmann::json& j, const std::stri
 
   // Labels: id2label ({"0": "neg", ...}, ids 0..n-1), else num_labels, else transformers' 2.
   used.insert("id2label");
-  if (j.contains("id2label")) {
-    const auto& m = j["id2label"];
-    if (!m.is_object()) throw fail("\"id2label\" must be an object {\"0\": label, ...}, got " + m.dump());
-    std::vector<std::optional<std::string>> labels(m.size());
-    for (const auto& [key, value] : m.items()) {
-      std::size_t at = 0;
-      std::int64_t id = -1;
-      try {
-        id = std::stoll(key, &at);
-      } catch (const std::exception&) {
-      }
-      if (at != key.size() || id < 0 || id >= static_cast<std::int64_t>(m.size()) || !value.is_string() ||
-          labels[static_cast<std::size_t>(id)])
-        throw fail("\"id2label\" must map the ids 0.." + std::to_string(m.size() - 1) + " to label names; \"" + key +
-                   "\": " + value.dump() + " does not");
-      labels[static_cast<std::size_t>(id)] = value.get<std::string>();
-    }
-    c.id2label.clear();
-    for (auto& l : labels) c.id2label.push_back(*l);  // m.size() distinct ids below m.size(): all present
-  } else if (j.contains("num_labels")) {
-    if (!j["num_labels"].is_number_integer() || j["num_labels"].get<std::int64_t>() < 1)
-      throw fail("\"num_labels\" is " + j["num_labels"].dump() + "; it must be a positive integer");
-    c.with_num_labels(j["num_labels"].get<std::int64_t>());
-  }
-  if (j.contains("label2id")) {
-    const auto& m = j["label2id"];
-    bool agrees = m.is_object() && m.size() == c.id2label.size();
-    for (std::size_t i = 0; agrees && i < c.id2label.size(); ++i)
-      agrees = m.contains(c.id2label[i]) && m[c.id2label[i]].is_number_integer() &&
-               m[c.id2label[i]].get<std::int64_t>() == static_cast<std::int64_t>(i);
-    if (!agrees) throw fail("\"label2id\" " + m.dump() + " is not the inverse of \"id2label\"");
-  }
-  if (j.contains("num_labels") && j["num_labels"] != c.num_labels())
-    throw fail("\"num_labels\" " + j["num_labels"].dump() + " disagrees with \"id2label\"'s " +
-               std::to_string(c.num_labels()) + " labels");
+  c.id2label = detail::read_hub_labels(j, c.id2label, fail);
 
   for (const auto& [key, value] : j.items())
     if (!used.count(key) && !detail::bert_volatile_keys().count(key)) c.extra[key] = value;
@@ -198,24 +165,8 @@ inline BertConfig BertConfig::from_json(const nlohmann::json& j, const std::stri
 }
 
 inline BertConfig BertConfig::from_pretrained(const std::filesystem::path& path) {
-  std::error_code ec;
-  // A directory, or a path that is not there and is not named like a file: the directory's config.json.
-  const bool directory = std::filesystem::is_directory(path, ec) ||
-                         (!std::filesystem::exists(path, ec) && path.extension() != ".json");
-  const auto file = directory ? path / "config.json" : path;
-  std::ifstream in(file);
-  if (!in)
-    throw ConfigError(file.string() + ": cannot be read; a Hugging Face model directory has its config.json beside "
-                      "model.safetensors");
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::exception& e) {
-    throw ConfigError(file.string() + ": not JSON (" + e.what() + ")");
-  }
-  return from_json(j, file.string());
+  const auto [j, file] = detail::read_hub_json(path, "config.json");
+  return from_json(j, file);
 }
 
 inline nlohmann::json BertConfig::to_json() const {
@@ -236,12 +187,7 @@ inline nlohmann::json BertConfig::to_json() const {
   j["initializer_range"] = initializer_range;
   j["classifier_dropout"] = classifier_dropout ? nlohmann::json(*classifier_dropout) : nlohmann::json(nullptr);
   j["position_embedding_type"] = "absolute";
-  j["id2label"] = nlohmann::json::object();
-  j["label2id"] = nlohmann::json::object();
-  for (std::size_t i = 0; i < id2label.size(); ++i) {
-    j["id2label"][std::to_string(i)] = id2label[i];
-    j["label2id"][id2label[i]] = i;
-  }
+  detail::write_hub_labels(j, id2label);
   return j;
 }
 

@@ -2,7 +2,9 @@
 #pragma once
 // nn::EncoderLayer and nn::Encoder: a transformer encoder built from ATen's own ops, the layer the
 // text classifier uses and BERT- and ViT-style models can share. Batch first ([batch, sequence,
-// features]), post-norm (BERT) or pre-norm (ViT), ReLU or GELU.
+// features]), post-norm (BERT) or pre-norm (ViT), ReLU or GELU. nn::HubEncoderLayer is the same
+// layer with the module names of Hugging Face's checkpoints (BERT's post-norm layout and ViT's
+// pre-norm one), which nn/bert.hpp and nn/vit.hpp build their encoders of; both attend() alike.
 //
 // Why not torch::nn::TransformerEncoderLayer: LibTorch's C++ layer does work Python's does not:
 //  - its F::linear computes a 3-d input as matmul and then `+= bias`, a separate pass over every
@@ -20,7 +22,9 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include <torch/arg.h>
 #include <torch/nn/init.h>
@@ -54,6 +58,19 @@ struct EncoderLayerOptions {
   TORCH_ARG(double, layer_norm_eps) = 1e-5;
 };
 
+/// The attention of every encoder here (SelfAttention's, and HubEncoderLayer's for BERT and ViT):
+/// softmax(q kᵀ / √width + mask) v per head, q, k and v [batch, heads, sequence, width], with
+/// dropout on the weights in training, as transformers' eager attention computes it. `mask`:
+/// undefined, or added to the scores ([batch, 1, 1, sequence]). Returns [batch, heads, sequence, width].
+inline torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                            const torch::Tensor& mask, double dropout, bool training) {
+  auto scores = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(-1))));
+  if (mask.defined()) scores = scores + mask;
+  auto weights = at::softmax(scores, -1);
+  if (dropout > 0 && training) weights = at::dropout(weights, dropout, true);
+  return at::matmul(weights, v);
+}
+
 /// Multi-head self-attention with one packed input projection (`in_proj_weight` [3d, d]) and
 /// `out_proj`, named as torch::nn::MultiheadAttention's.
 struct SelfAttentionImpl : torch::nn::Module {
@@ -74,12 +91,7 @@ struct SelfAttentionImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask, double dropout) {
     const auto b = x.size(0), s = x.size(1), d = x.size(2);
     const auto qkv = at::linear(x, in_proj_weight, in_proj_bias).view({b, s, 3, heads, d / heads}).permute({2, 0, 3, 1, 4});
-    const auto q = qkv[0] * (1.0 / std::sqrt(static_cast<double>(d / heads)));
-    auto scores = at::matmul(q, qkv[1].transpose(-2, -1));  // [batch, heads, sequence, sequence]
-    if (mask.defined()) scores = scores + mask;
-    auto weights = at::softmax(scores, -1);
-    if (dropout > 0 && is_training()) weights = at::dropout(weights, dropout, true);
-    const auto heads_out = at::matmul(weights, qkv[2]);  // [batch, heads, sequence, head width]
+    const auto heads_out = attend(qkv[0], qkv[1], qkv[2], mask, dropout, is_training());
     return at::linear(heads_out.transpose(1, 2).reshape({b, s, d}), out_proj->weight, out_proj->bias);
   }
 
@@ -160,6 +172,150 @@ struct EncoderImpl : torch::nn::Module {
   torch::nn::ModuleList layers{nullptr};
 };
 TORCH_MODULE(Encoder);
+
+/// @name Encoder layers named as Hugging Face checkpoints name them (BERT's and ViT's)
+/// @{
+
+/// Where a HubEncoderLayer's layer norms sit, and what its modules are called:
+///  - bert: post-norm (a LayerNorm after each residual sum), as transformers' BertLayer:
+///    attention.self.{query,key,value}, attention.output.{dense,LayerNorm}, intermediate.dense,
+///    output.{dense,LayerNorm};
+///  - vit: pre-norm (a LayerNorm before each block), as transformers' ViTLayer in its checkpoints:
+///    attention.attention.{query,key,value}, attention.output.dense, intermediate.dense,
+///    output.dense, layernorm_before, layernorm_after.
+enum class HubLayout { bert, vit };
+
+/// `HubEncoderLayerOptions(hidden, heads, intermediate).layout(HubLayout::vit)`.
+struct HubEncoderLayerOptions {
+  HubEncoderLayerOptions(std::int64_t hidden, std::int64_t heads, std::int64_t intermediate)
+      : hidden_(hidden), heads_(heads), intermediate_(intermediate) {}
+  TORCH_ARG(std::int64_t, hidden);
+  TORCH_ARG(std::int64_t, heads);
+  TORCH_ARG(std::int64_t, intermediate);
+  TORCH_ARG(HubLayout, layout) = HubLayout::bert;
+  /// config.json's hidden_act: "gelu" (exact), "gelu_new" or "gelu_pytorch_tanh" (tanh), "relu".
+  TORCH_ARG(std::string, activation) = "gelu";
+  /// After the attention's output projection and after the feed-forward block, in training.
+  TORCH_ARG(double, hidden_dropout) = 0.1;
+  /// On the attention weights, in training.
+  TORCH_ARG(double, attention_dropout) = 0.1;
+  TORCH_ARG(double, layer_norm_eps) = 1e-12;
+  /// The Linear weights' initial normal(0, initializer_range) (biases 0), as transformers'.
+  TORCH_ARG(double, initializer_range) = 0.02;
+  /// Biases on query, key and value (ViT's qkv_bias).
+  TORCH_ARG(bool, qkv_bias) = true;
+};
+
+/// Whether HubEncoderLayer computes config.json's hidden_act `name`.
+inline bool hub_activation_supported(const std::string& name) {
+  return name == "gelu" || name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "relu";
+}
+
+namespace detail {
+
+/// A module that only names its children (transformers' BertAttention, ViTIntermediate, ...).
+inline std::shared_ptr<torch::nn::Module> hub_node(torch::nn::Module& parent, const std::string& name) {
+  return parent.register_module(name, std::make_shared<torch::nn::Module>());
+}
+
+inline torch::nn::Linear hub_linear(torch::nn::Module& parent, const std::string& name, std::int64_t in, std::int64_t out,
+                                    double initializer_range, bool bias = true) {
+  auto l = parent.register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias)));
+  torch::NoGradGuard no_grad;
+  l->weight.normal_(0, initializer_range);
+  if (bias) l->bias.zero_();
+  return l;
+}
+
+inline torch::nn::LayerNorm hub_norm(torch::nn::Module& parent, const std::string& name, std::int64_t width, double eps) {
+  return parent.register_module(name, torch::nn::LayerNorm(torch::nn::LayerNormOptions({width}).eps(eps)));
+}
+
+inline torch::Tensor apply(const torch::nn::Linear& l, const torch::Tensor& x) { return at::linear(x, l->weight, l->bias); }
+
+inline torch::Tensor apply(const torch::nn::LayerNorm& n, const torch::Tensor& x, double eps) {
+  return at::layer_norm(x, {x.size(-1)}, n->weight, n->bias, eps);
+}
+
+}  // namespace detail
+
+/// One encoder layer of a Hugging Face checkpoint (HubLayout says which): self-attention with
+/// separate query, key and value projections (attend()), then a feed-forward block, each with a
+/// residual sum; the parameter names are the checkpoint's, so its tensors load by name.
+struct HubEncoderLayerImpl : torch::nn::Module {
+  explicit HubEncoderLayerImpl(HubEncoderLayerOptions o) : options(std::move(o)) {
+    const auto h = options.hidden();
+    const double range = options.initializer_range();
+    if (h <= 0 || options.heads() <= 0 || h % options.heads() != 0 || options.intermediate() <= 0)
+      throw ConfigError("nn::HubEncoderLayer: hidden " + std::to_string(h) + " must be a positive multiple of heads " +
+                        std::to_string(options.heads()) + ", and intermediate " + std::to_string(options.intermediate()) +
+                        " positive");
+    if (!hub_activation_supported(options.activation()))
+      throw ConfigError("nn::HubEncoderLayer: activation \"" + options.activation() +
+                        "\" is not computed here (gelu, gelu_new, gelu_pytorch_tanh, relu)");
+    const bool bert = options.layout() == HubLayout::bert;
+    auto attention = detail::hub_node(*this, "attention");
+    auto self = detail::hub_node(*attention, bert ? "self" : "attention");
+    query = detail::hub_linear(*self, "query", h, h, range, options.qkv_bias());
+    key = detail::hub_linear(*self, "key", h, h, range, options.qkv_bias());
+    value = detail::hub_linear(*self, "value", h, h, range, options.qkv_bias());
+    auto attention_output = detail::hub_node(*attention, "output");
+    attention_dense = detail::hub_linear(*attention_output, "dense", h, h, range);
+    if (bert) attention_norm = detail::hub_norm(*attention_output, "LayerNorm", h, options.layer_norm_eps());
+    intermediate = detail::hub_linear(*detail::hub_node(*this, "intermediate"), "dense", h, options.intermediate(), range);
+    auto output = detail::hub_node(*this, "output");
+    output_dense = detail::hub_linear(*output, "dense", options.intermediate(), h, range);
+    if (bert) {
+      output_norm = detail::hub_norm(*output, "LayerNorm", h, options.layer_norm_eps());
+    } else {
+      attention_norm = detail::hub_norm(*this, "layernorm_before", h, options.layer_norm_eps());
+      output_norm = detail::hub_norm(*this, "layernorm_after", h, options.layer_norm_eps());
+    }
+  }
+
+  /// x [batch, sequence, hidden]; `mask` undefined or additive [batch, 1, 1, sequence].
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask = {}) {
+    const double eps = options.layer_norm_eps();
+    if (options.layout() == HubLayout::bert) {
+      const auto h = detail::apply(attention_norm, drop(self_attention(x, mask)) + x, eps);
+      return detail::apply(output_norm, drop(feedforward(h)) + h, eps);
+    }
+    const auto h = drop(self_attention(detail::apply(attention_norm, x, eps), mask)) + x;
+    return drop(feedforward(detail::apply(output_norm, h, eps))) + h;
+  }
+
+  HubEncoderLayerOptions options;
+  torch::nn::Linear query{nullptr}, key{nullptr}, value{nullptr};
+  torch::nn::Linear attention_dense{nullptr}, intermediate{nullptr}, output_dense{nullptr};
+  /// bert: attention.output.LayerNorm and output.LayerNorm; vit: layernorm_before and layernorm_after.
+  torch::nn::LayerNorm attention_norm{nullptr}, output_norm{nullptr};
+
+ private:
+  torch::Tensor drop(const torch::Tensor& t) {
+    const double p = options.hidden_dropout();
+    return p > 0 && is_training() ? at::dropout(t, p, true) : t;
+  }
+  /// The attention's output projection of its heads' result.
+  torch::Tensor self_attention(const torch::Tensor& x, const torch::Tensor& mask) {
+    const auto b = x.size(0), s = x.size(1), heads = options.heads(), width = options.hidden() / heads;
+    const auto split = [&](const torch::nn::Linear& l) {  // [batch, heads, sequence, width]
+      return detail::apply(l, x).view({b, s, heads, width}).transpose(1, 2);
+    };
+    const auto context = attend(split(query), split(key), split(value), mask, options.attention_dropout(), is_training());
+    return detail::apply(attention_dense, context.transpose(1, 2).reshape({b, s, options.hidden()}));
+  }
+  torch::Tensor feedforward(const torch::Tensor& x) {
+    auto f = detail::apply(intermediate, x);
+    const auto& act = options.activation();
+    if (act == "gelu") f = at::gelu(f);
+    else if (act == "relu") f = at::relu(f);
+    else f = at::gelu(f, "tanh");  // gelu_new, gelu_pytorch_tanh
+    return detail::apply(output_dense, f);
+  }
+};
+TORCH_MODULE(HubEncoderLayer);
+
+/// @}
 
 }  // namespace nn
 

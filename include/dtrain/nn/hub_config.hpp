@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// What every Hugging Face model family here (nn/bert_config.hpp, nn/vit_config.hpp) shares about
+// reading a model directory's config.json: the file itself, and its labels (id2label, label2id,
+// num_labels) read and written as transformers' PretrainedConfig does.
+
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <dtrain/error.hpp>
+
+DTRAIN_NAMESPACE_BEGIN
+
+namespace nn {
+
+namespace detail {
+
+/// The JSON of `path`: a Hugging Face model directory's `name` (config.json) or that file itself.
+/// Returns the object and the file's path (for errors). ConfigError naming the file when it
+/// cannot be read or is not JSON.
+inline std::pair<nlohmann::json, std::string> read_hub_json(const std::filesystem::path& path, const std::string& name) {
+  std::error_code ec;
+  // A directory, or a path that is not there and is not named like a file: the directory's `name`.
+  const bool directory = std::filesystem::is_directory(path, ec) ||
+                         (!std::filesystem::exists(path, ec) && path.extension() != ".json");
+  const auto file = directory ? path / name : path;
+  std::ifstream in(file);
+  if (!in)
+    throw ConfigError(file.string() + ": cannot be read; a Hugging Face model directory has its " + name +
+                      " beside model.safetensors");
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return {nlohmann::json::parse(text.str()), file.string()};
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(file.string() + ": not JSON (" + e.what() + ")");
+  }
+}
+
+/// config.json's labels: id2label ({"0": "neg", ...}, ids 0..n-1), else num_labels (LABEL_0 ...),
+/// else `fallback`; label2id, where present, must be id2label's inverse and num_labels its size.
+/// `fail(what)` makes the exception (naming the file).
+template <class Fail>
+std::vector<std::string> read_hub_labels(const nlohmann::json& j, std::vector<std::string> fallback, const Fail& fail) {
+  std::vector<std::string> id2label = std::move(fallback);
+  if (j.contains("id2label")) {
+    const auto& m = j["id2label"];
+    if (!m.is_object()) throw fail("\"id2label\" must be an object {\"0\": label, ...}, got " + m.dump());
+    std::vector<std::optional<std::string>> labels(m.size());
+    for (const auto& [key, value] : m.items()) {
+      std::size_t at = 0;
+      std::int64_t id = -1;
+      try {
+        id = std::stoll(key, &at);
+      } catch (const std::exception&) {
+      }
+      if (at != key.size() || id < 0 || id >= static_cast<std::int64_t>(m.size()) || !value.is_string() ||
+          labels[static_cast<std::size_t>(id)])
+        throw fail("\"id2label\" must map the ids 0.." + std::to_string(m.size() - 1) + " to label names; \"" + key +
+                   "\": " + value.dump() + " does not");
+      labels[static_cast<std::size_t>(id)] = value.template get<std::string>();
+    }
+    id2label.clear();
+    for (auto& l : labels) id2label.push_back(*l);  // m.size() distinct ids below m.size(): all present
+  } else if (j.contains("num_labels")) {
+    if (!j["num_labels"].is_number_integer() || j["num_labels"].template get<std::int64_t>() < 1)
+      throw fail("\"num_labels\" is " + j["num_labels"].dump() + "; it must be a positive integer");
+    id2label.clear();
+    for (std::int64_t i = 0; i < j["num_labels"].template get<std::int64_t>(); ++i) id2label.push_back("LABEL_" + std::to_string(i));
+  }
+  if (j.contains("label2id")) {
+    const auto& m = j["label2id"];
+    bool agrees = m.is_object() && m.size() == id2label.size();
+    for (std::size_t i = 0; agrees && i < id2label.size(); ++i)
+      agrees = m.contains(id2label[i]) && m[id2label[i]].is_number_integer() &&
+               m[id2label[i]].template get<std::int64_t>() == static_cast<std::int64_t>(i);
+    if (!agrees) throw fail("\"label2id\" " + m.dump() + " is not the inverse of \"id2label\"");
+  }
+  if (j.contains("num_labels") && j["num_labels"] != static_cast<std::int64_t>(id2label.size()))
+    throw fail("\"num_labels\" " + j["num_labels"].dump() + " disagrees with \"id2label\"'s " +
+               std::to_string(id2label.size()) + " labels");
+  return id2label;
+}
+
+/// id2label and label2id written into config.json's object `j`.
+inline void write_hub_labels(nlohmann::json& j, const std::vector<std::string>& id2label) {
+  j["id2label"] = nlohmann::json::object();
+  j["label2id"] = nlohmann::json::object();
+  for (std::size_t i = 0; i < id2label.size(); ++i) {
+    j["id2label"][std::to_string(i)] = id2label[i];
+    j["label2id"][id2label[i]] = i;
+  }
+}
+
+}  // namespace detail
+
+}  // namespace nn
+
+DTRAIN_NAMESPACE_END

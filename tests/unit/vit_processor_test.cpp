@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: Apache-2.0
+// data/vit_image_processor.hpp: ViTImageProcessor from preprocessor_config.json (and its
+// refusals), and, through tests/unit/vit_reference.py, pixel_values equal to transformers'
+// ViTImageProcessor (PIL backend) on real image files: Fashion-MNIST's PNGs of an image folder
+// made by scripts/make-image-folder (grey 28 x 28) and colour PNGs (RGB, RGBA) of other sizes,
+// each grown (32 x 32) and shrunk (20 x 24). Built where dtrain::images (OpenCV) is.
+
+#include "../dtrain_catch.hpp"
+#include "vit_test_support.hpp"
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <opencv2/imgproc.hpp>
+#include <torch/torch.h>
+
+#include <dtrain/data/image_folder.hpp>
+#include <dtrain/data/vit_image_processor.hpp>
+#include <dtrain/weights/safetensors.hpp>
+
+namespace fs = std::filesystem;
+namespace data = dtrain::data;
+using vit_test::Dir;
+using vit_test::error_of;
+
+TEST_CASE("vit_image_processor_reads_preprocessor_config_json", "[nn]") {
+  Dir dir("vit_processor");
+  const auto p = data::ViTImageProcessor::from_json({{"do_resize", true}, {"size", 224}, {"resample", 2},
+                                                     {"image_mean", 0.5}, {"image_std", {0.25, 0.5, 1.0}},
+                                                     {"image_processor_type", "ViTImageProcessor"}});
+  CHECK(p.height == 224);
+  CHECK(p.width == 224);
+  CHECK(p.image_mean == std::vector<float>{0.5f});
+  CHECK(p.image_std == std::vector<float>{0.25f, 0.5f, 1.0f});
+  CHECK(p.channels == 3);
+  CHECK(data::ViTImageProcessor::from_json(p.to_json()) == p);
+  const auto refused = [&](const nlohmann::json& j, const std::string& says) {
+    std::ofstream(dir / "preprocessor_config.json") << j.dump();
+    const auto e = error_of([&] { data::ViTImageProcessor::from_pretrained(dir.path); });
+    INFO(e);
+    CHECK_THAT(e, Catch::Contains((dir / "preprocessor_config.json").string()) && Catch::Contains(says));
+  };
+  refused({{"resample", 3}}, "\"resample\" is 3; only 2");
+  refused({{"do_center_crop", true}}, "\"do_center_crop\" is true");
+  refused({{"size", {{"shortest_edge", 224}}}}, "\"size\" is {\"shortest_edge\":224}");
+  refused({{"image_mean", {0.5, 0.5}}}, "\"image_mean\" is [0.5,0.5]");
+  refused({{"image_std", "0.5"}}, "\"image_std\" is \"0.5\"");
+  refused({{"do_resize", 1}}, "\"do_resize\" is 1");
+  CHECK_THAT(error_of([&] { data::ViTImageProcessor::from_pretrained(dir / "nowhere"); }), Catch::Contains("cannot be read"));
+}
+
+TEST_CASE("vit_image_processor_matches_transformers", "[nn][python]") {
+  Dir dir("vit_pixels");
+  vit_test::make_reference(dir.path);
+  const std::string cmd = "/usr/bin/python3 " DTRAIN_MAKE_IMAGE_FOLDER " " + (dir / "folder").string() + " --per-class 2 > /dev/null";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  const data::ImageFolder folder(dir / "folder" / "train", {.channels = 3});
+  std::vector<std::string> files;
+  for (std::int64_t i = 0; i < folder.size(); ++i) files.push_back(folder.path(i));
+  for (const auto* name : {"rgb.png", "rgba.png", "small.png"}) files.push_back((dir / "images" / name).string());
+  REQUIRE(files.size() == 23);
+
+  for (const auto* config : {"cls", "shrink"}) {
+    INFO(config);
+    const auto processor = data::ViTImageProcessor::from_pretrained(dir / config);
+    const auto pixels = processor.load(files);
+    CHECK(pixels.sizes() == (std::string(config) == "cls" ? torch::IntArrayRef{23, 3, 32, 32} : torch::IntArrayRef{23, 3, 20, 24}));
+    // The same through a pipeline's stages: the resize stage, then the collate stage.
+    std::vector<data::Image> images;
+    for (const auto& f : files) images.push_back(processor(data::Image{data::decode_image(f, 3), 7, f}));
+    const auto fields = processor.collate()(images);
+    CHECK(torch::equal(fields.at("image"), pixels));
+    CHECK(fields.at("label").eq(7).all().item<bool>());
+    const auto out = dir / (std::string(config) + "_pixels.safetensors");
+    dtrain::weights::save_safetensors(out, {{"pixel_values", pixels}}, {{"files", nlohmann::json(files).dump()}});
+    vit_test::check_in_python("process " + (dir / config).string() + " " + out.string());
+
+    // What OpenCV's INTER_LINEAR (no antialiasing) would have given instead of PIL's filter, for
+    // the images grown on both axes and for those shrunk on at least one.
+    double grown = 0, shrunk = 0;
+    for (std::size_t i = 0; i < files.size(); ++i) {
+      const auto decoded = data::decode_image(files[i], 3);
+      cv::Mat resized;
+      cv::resize(decoded, resized, cv::Size(processor.width, processor.height), 0, 0, cv::INTER_LINEAR);
+      const auto theirs = processor.pixel_values({data::Image{resized, -1, files[i]}});
+      const double d = (theirs[0] - pixels[static_cast<std::int64_t>(i)]).abs().max().item<double>();
+      double& worst = decoded.rows <= processor.height && decoded.cols <= processor.width ? grown : shrunk;
+      worst = std::max(worst, d);
+    }
+    std::cout << config << ": OpenCV's INTER_LINEAR in place of PIL's bilinear filter would differ by up to " << grown
+              << " (images grown) and " << shrunk << " (images shrunk) in the normalised floats\n";
+  }
+}
