@@ -230,6 +230,41 @@ TEST_CASE("resnet_strict_load_fails_when_the_depth_or_the_classes_differ", "[nn]
                                                                        : r18->named_buffers()[k]));
 }
 
+TEST_CASE("resnet_load_pretrained_keeps_a_new_head_and_is_strict_about_the_rest", "[nn]") {
+  Dir dir;
+  torch::manual_seed(2);
+  auto imagenet = nn::resnet18();  // 1000 classes, as torchvision's published weights
+  weights::save_safetensors(dir / "resnet18.safetensors", state_of(*imagenet));
+  State ddp;  // a DDP wrapper's state_dict: every key under "module."
+  for (auto& [k, v] : state_of(*imagenet)) ddp.emplace_back("module." + k, v);
+  weights::save_safetensors(dir / "ddp.safetensors", ddp);
+  for (const auto* file : {"resnet18.safetensors", "ddp.safetensors"}) {
+    INFO(file);
+    auto tuned = nn::resnet18(3);
+    const auto head = tuned->fc->weight.clone();
+    const auto report = nn::load_pretrained(tuned, dir / file);
+    CHECK(report.loaded == 120);
+    CHECK(report.missing == std::vector<std::string>{"fc.weight", "fc.bias"});
+    CHECK(report.unexpected.empty());
+    CHECK(torch::equal(tuned->fc->weight, head));  // the new head keeps its initialisation
+    CHECK(torch::equal(tuned->layer4[1]->as<nn::BasicBlockImpl>()->conv2->weight,
+                       imagenet->layer4[1]->as<nn::BasicBlockImpl>()->conv2->weight));
+    CHECK(torch::equal(tuned->bn1->running_var, imagenet->bn1->running_var));
+  }
+  // The same classes: everything loads, the head too.
+  auto same = nn::resnet18();
+  CHECK(nn::load_pretrained(same, dir / "resnet18.safetensors").complete());
+  CHECK(torch::equal(same->fc->weight, imagenet->fc->weight));
+  // Anything else is still refused, strictly, naming the keys; and nothing is copied.
+  auto deeper = nn::resnet34(3);
+  const auto before = deeper->conv1->weight.clone();
+  CHECK_THAT(error_of([&] { nn::load_pretrained(deeper, dir / "resnet18.safetensors"); }),
+             Catch::Contains("missing from the file \"layer1.2.conv1.weight\"") && !Catch::Contains("\"fc.weight\""));
+  CHECK(torch::equal(deeper->conv1->weight, before));
+  CHECK_THAT(error_of([&] { nn::load_pretrained(*nn::resnet50(3), dir / "resnet18.safetensors"); }),
+             Catch::Contains("has shape"));
+}
+
 TEST_CASE("resnet_names_and_shapes_equal_torchvision_for_every_depth", "[nn][python]") {
   Dir dir;
   const auto r = reference("names " + (dir / "names.json").string());

@@ -21,11 +21,16 @@
 // so dtrain's checkpoints rebuild it; checkpoint's model.pt and weights::save_safetensors of
 // named_parameters and named_buffers load back into torchvision with no missing key.
 //
+// nn::load_pretrained(model, path) is weights::load for fine-tuning: a file with another number of
+// classes leaves the model's new fc as it is, and every other name still has to match.
+//
 // Under strategy::fsdp<sharding::full_shard, wrap::layers> each residual block is a unit
 // (`layer1.0`, ..., `layer4.1`), and conv1, bn1 and fc one unit each.
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,6 +46,7 @@
 #include <torch/types.h>
 
 #include <dtrain/error.hpp>
+#include <dtrain/weights.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -277,6 +283,36 @@ inline ResNet wide_resnet50_2(std::int64_t num_classes = 1000) {
   auto c = ResNetConfig::bottleneck({3, 4, 6, 3}, num_classes);
   c.width_per_group = 128;
   return ResNet(c);
+}
+
+/// Loads torchvision weights at `path` (a torch.save state_dict, safetensors: weights::read) into
+/// `model` for fine-tuning: as weights::load, strict by default, except that a file whose `fc`
+/// has another number of classes than the model's leaves the model's fc as it is (its
+/// initialisation) and reports fc.weight and fc.bias missing. Any other missing or unexpected name,
+/// or another shape, is an Error listing them (a resnet18 file into a resnet34).
+inline weights::LoadReport load_pretrained(ResNetImpl& model, const std::filesystem::path& path,
+                                           weights::LoadOptions options = {}) {
+  auto state = weights::read(path);
+  const auto source = weights::detail::weights_format(path).second.string();
+  const auto fc = std::find_if(state.begin(), state.end(), [&](const auto& kv) {
+    return kv.first == options.prefix + "fc.weight" || (options.prefix.empty() && kv.first == "module.fc.weight");
+  });
+  if (fc == state.end() || fc->second.sizes() == model.fc->weight.sizes())
+    return weights::load_state_dict(model, std::move(state), source, options);
+  // Another head: the model's own fc stands in for the file's, so that the rest loads as asked.
+  const auto prefix = fc->first.substr(0, fc->first.size() - std::string("fc.weight").size());
+  std::erase_if(state, [&](const auto& kv) { return kv.first == prefix + "fc.weight" || kv.first == prefix + "fc.bias"; });
+  state.emplace_back(prefix + "fc.weight", model.fc->weight.detach());
+  state.emplace_back(prefix + "fc.bias", model.fc->bias.detach());
+  auto report = weights::load_state_dict(model, std::move(state), source, options);
+  report.loaded -= 2;
+  report.missing.insert(report.missing.end(), {"fc.weight", "fc.bias"});
+  return report;
+}
+
+/// load_pretrained of a model handle (nn::ResNet, nn::resnet18(), ...).
+inline weights::LoadReport load_pretrained(ResNet& model, const std::filesystem::path& path, weights::LoadOptions options = {}) {
+  return load_pretrained(*model, path, std::move(options));
 }
 
 }  // namespace nn
