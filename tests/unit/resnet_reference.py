@@ -17,6 +17,12 @@ scripts/python-env (torch, torchvision, safetensors). Nothing is downloaded: the
     resnet_reference.py names FILE          every parameter and buffer's name and shape, for
                                             resnet18/34/50/101/152, resnext50_32x4d and
                                             wide_resnet50_2 (num_classes=1000), as JSON
+    resnet_reference.py save ARCH FILE      torch.save of torchvision.models.ARCH()'s state_dict (1000
+                                            classes, seeded random weights): a stand-in for the
+                                            published ImageNet weights (docs/snippets/resnet.cpp)
+    resnet_reference.py strict-load ARCH CLASSES FILE
+                                            loads FILE (model.pt of a dtrain checkpoint) strictly into
+                                            torchvision.models.ARCH(num_classes=CLASSES) and runs it
     resnet_reference.py check ARCH WEIGHTS INPUTS OUTPUTS
                                             loads WEIGHTS (model.pt by torch.load(weights_only=True),
                                             else safetensors) strictly into torchvision's ARCH, runs
@@ -101,6 +107,26 @@ def names(path):
     return 0
 
 
+def save(arch, path):
+    torch.manual_seed(27)
+    state = build(arch, 1000).state_dict()
+    torch.save(state, path)
+    print(f"{arch}: {len(state)} tensors saved to {path}")
+    return 0
+
+
+def strict_load(arch, classes, path):
+    model = build(arch, int(classes))
+    state = torch.load(path, weights_only=True)
+    model.load_state_dict(state, strict=True)  # raises on a missing or unexpected key
+    model.eval()
+    with torch.no_grad():
+        logits = model(torch.randn(1, 3, 64, 64))
+    print(f"torchvision: {len(state)} tensors loaded strictly into {arch}(num_classes={classes}), "
+          f"logits {list(logits.shape)} finite {bool(torch.isfinite(logits).all())}")
+    return 0
+
+
 def check(arch, weights, inputs, outputs):
     checks = failed = 0
 
@@ -153,6 +179,10 @@ def main(argv):
         return make(argv[2])
     if len(argv) == 3 and argv[1] == "names":
         return names(argv[2])
+    if len(argv) == 4 and argv[1] == "save":
+        return save(argv[2], argv[3])
+    if len(argv) == 5 and argv[1] == "strict-load":
+        return strict_load(*argv[2:])
     if len(argv) == 6 and argv[1] == "check":
         return check(*argv[2:])
     print(__doc__, file=sys.stderr)
