@@ -7,6 +7,10 @@
 //
 // Width: the stages have width, 2*width, 4*width, 8*width channels; 64 is the standard network.
 //
+// torchvision's own ResNets (the ImageNet stem: 7x7 stride-2 convolution and max-pool; ResNet-18 to
+// -152) are dtrain::nn::ResNet (include/dtrain/nn/resnet.hpp, docs/models.md). This one stays for
+// what that one has not: the small-image stem, grey images, a width, and SyncBatchNorm.
+//
 // BatchNorm under DDP: each worker normalises with the statistics of its own part of the global
 // batch (as PyTorch's BatchNorm2d under DistributedDataParallel): with small per-worker batches
 // those statistics are noisy, and the running statistics of the workers drift apart (a checkpoint
