@@ -29,18 +29,19 @@
 #include <type_traits>
 #include <typeinfo>
 #include <utility>
+#include <vector>
 
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 #include <torch/types.h>
 
+#include <dtrain/detail/cuda.hpp>
 #include <dtrain/error.hpp>
 #include <dtrain/precision/captured_step.hpp>
 
 #if DTRAIN_CUDA_GRAPHS
 #include <ATen/autocast_mode.h>
-#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #endif
@@ -154,7 +155,7 @@ class GraphedStep {
   auto on_side_stream(F f) {
     const auto caller = c10::cuda::getCurrentCUDAStream(ctx_.device().index());
     if (!side_) side_ = c10::cuda::getStreamFromPool(false, ctx_.device().index());
-    at::cuda::CUDAEvent ready, done;
+    detail::cuda_event ready, done;
     ready.record(caller);
     ready.block(*side_);
     auto result = [&] {
