@@ -20,6 +20,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/types.h>
 
+#include <dtrain/backend/detail/gloo_peers.hpp>
 #include <dtrain/backend/detail/hierarchical.hpp>
 #include <dtrain/collective.hpp>
 #include <dtrain/detail/shm_allreduce.hpp>
@@ -35,6 +36,8 @@ namespace backend {
 ///
 /// The transport binds to GLOO_SOCKET_IFNAME when set, to 127.0.0.1 when MASTER_ADDR is a loopback
 /// address (every rank on this machine), and otherwise to the address this host's name resolves to.
+/// Its listening sockets take connections from the other ranks' hosts only (a socket filter;
+/// backend/detail/gloo_peers.hpp): a stranger who finds a port cannot take a pair.
 /// DTRAIN_SHARED_MEMORY=0 keeps every collective on Gloo even when all ranks share one host (the
 /// sums then add up in Gloo's ring order).
 ///
@@ -60,10 +63,7 @@ struct gloo_with_threads {
     communicator(const c10::intrusive_ptr<c10d::Store>& store, const launch::WorkerIdentity& who,
                  std::chrono::milliseconds timeout)
         : rank_(who.rank), size_(who.world_size) {
-      auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-      options->devices.push_back(make_device());
-      options->threads = Threads;
-      group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank_, size_, options);
+      group_ = detail::guarded_gloo_group(store, "gloo", rank_, size_, timeout, Threads, make_device);
       if (size_ > 1 && who.local_world_size == size_ && launch::detail::env("DTRAIN_SHARED_MEMORY") != "0")
         shm_ = std::make_unique<detail::shm_channel>(*store, "shm", rank_, size_, timeout);
       else if (size_ > 1 && launch::detail::env("DTRAIN_HIERARCHICAL") != "0" &&
@@ -261,7 +261,7 @@ struct gloo_with_threads {
     void start_hierarchy(const c10::intrusive_ptr<c10d::Store>& store, std::chrono::milliseconds timeout) {
       auto layout = detail::host_layout::exchange(*store, rank_, size_, detail::host_identity());
       if (!layout.hierarchical()) return;
-      hier_ = std::make_unique<detail::hierarchical_allreduce>(store, std::move(layout), rank_, size_, make_device(), timeout);
+      hier_ = std::make_unique<detail::hierarchical_allreduce>(store, std::move(layout), rank_, size_, make_device, timeout);
       if (rank_ == 0)
         std::fprintf(stderr, "dtrain: hierarchical allreduce over %s: shared memory inside a host, Gloo between "
                      "the hosts' leaders (DTRAIN_HIERARCHICAL=0 turns it off)\n", hier_->layout().describe().c_str());

@@ -25,6 +25,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/types.h>
 
+#include <dtrain/backend/detail/gloo_peers.hpp>
 #include <dtrain/collective.hpp>
 #include <dtrain/detail/shm_allreduce.hpp>
 #include <dtrain/error.hpp>
@@ -112,7 +113,8 @@ struct host_layout {
 class hierarchical_allreduce {
  public:
   hierarchical_allreduce(const c10::intrusive_ptr<c10d::Store>& store, host_layout layout, int rank, int world,
-                         std::shared_ptr<::gloo::transport::Device> device, std::chrono::milliseconds timeout)
+                         const std::function<std::shared_ptr<::gloo::transport::Device>()>& make_device,
+                         std::chrono::milliseconds timeout)
       : layout_(std::move(layout)), rank_(rank), world_(world) {
     const int here = layout_.host;
     try {
@@ -124,13 +126,8 @@ class hierarchical_allreduce {
                         "and boot id for one host: set DTRAIN_HOST_ID to tell hosts apart, or "
                         "DTRAIN_HIERARCHICAL=0 to keep every collective on Gloo]");
     }
-    if (leader()) {
-      auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-      options->devices.push_back(std::move(device));
-      options->threads = 2;  // the calls' exchange runs beside the data
-      leaders_ = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("hier/leaders", store),
-                                                             here, static_cast<int>(layout_.hosts.size()), options);
-    }
+    if (leader())  // two threads: the calls' exchange runs beside the data
+      leaders_ = guarded_gloo_group(store, "hier/leaders", here, static_cast<int>(layout_.hosts.size()), timeout, 2, make_device);
   }
   hierarchical_allreduce(const hierarchical_allreduce&) = delete;
   hierarchical_allreduce& operator=(const hierarchical_allreduce&) = delete;
