@@ -29,6 +29,13 @@ struct RendezvousError : Error {
   using Error::Error;
 };
 
+/// A process that asked for a rank another process of the run already holds (two workers started
+/// with one RANK, or a stale process of another run that shares the secret and the port). It is
+/// not the group's failure: the process that holds the rank goes on.
+struct RankTaken : RendezvousError {
+  using RendezvousError::RendezvousError;
+};
+
 /// A worker that threw, exited non-zero or died by a signal; the message names the rank and cause.
 struct WorkerError : Error {
   using Error::Error;

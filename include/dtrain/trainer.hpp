@@ -143,6 +143,9 @@ class Trainer {
       depart(*store, who);
     } catch (const launch::Regroup&) {  // an elastic group's checkpoint to grow back from is complete
       depart(*store, who);
+    } catch (const RankTaken& e) {  // not this group's failure: the rank's holder goes on
+      std::fprintf(stderr, "dtrain: %s\n", e.what());
+      std::_Exit(1);
     } catch (const std::exception& e) {
       status = 1;
       const std::string what = e.what();
@@ -195,12 +198,27 @@ class Trainer {
     return t;
   }
 
-  // Under an external launcher rank 0 hosts the store: it leaves last.
-  static void depart(c10d::Store& store, const launch::WorkerIdentity& who) {
+  // Under an external launcher rank 0 hosts the store: it leaves last, once every rank departed or
+  // failed (a failed rank records its error first, then leaves), or after the heartbeat timeout (the
+  // collective timeout without heartbeats) for a rank that did neither (killed), saying so.
+  void depart(c10d::Store& store, const launch::WorkerIdentity& who) const {
     store.add(launch::key(who.attempt, "departed"), 1);
     if (who.store_on_driver || who.store_on_agent || who.rank != 0) return;
-    while (store.add(launch::key(who.attempt, "departed"), 0) < who.world_size)
+    const auto patience = run_.failure.heartbeat_timeout.count() > 0 ? run_.failure.heartbeat_timeout
+                                                                     : run_.collective_timeout;
+    const auto deadline = std::chrono::steady_clock::now() + patience;
+    for (;;) {
+      const auto departed = store.add(launch::key(who.attempt, "departed"), 0);
+      const auto failed = store.add(launch::key(who.attempt, "errors"), 0);
+      if (departed + failed >= who.world_size) return;
+      if (std::chrono::steady_clock::now() > deadline) {
+        std::fprintf(stderr, "dtrain: rank 0 leaves, and its store closes, after waiting %lld ms for the other ranks to "
+                     "depart: %lld of %d departed, %lld failed\n", static_cast<long long>(patience.count()),
+                     static_cast<long long>(departed), who.world_size, static_cast<long long>(failed));
+        return;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
 
   // The driver: starts each worker group, watches it, restarts it while FailureConfig allows,

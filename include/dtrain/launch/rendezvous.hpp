@@ -168,10 +168,19 @@ inline c10::intrusive_ptr<c10d::Store> connect_store(const WorkerIdentity& w,
   return store_client(w, timeout);
 }
 
-/// Announces this rank and waits until all `world_size` ranks have, or throws RendezvousError naming
-/// the ranks that did not arrive within `timeout`.
+/// Claims this rank and waits until all `world_size` ranks have, or throws RendezvousError naming
+/// the ranks that did not arrive within `timeout`. A rank is claimed once: a second process with the
+/// same rank is refused (RankTaken), naming the process that holds it, and the run goes on.
 inline void rendezvous(c10d::Store& store, const WorkerIdentity& w, std::chrono::milliseconds timeout) {
-  store.set(key(w.attempt, "arrived/" + std::to_string(w.rank)), to_bytes("1"));
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::string me = "pid " + std::to_string(::getpid()) + " on " + host;
+  const auto holder = store.compareSet(key(w.attempt, "arrived/" + std::to_string(w.rank)), {}, to_bytes(me));
+  if (std::string(holder.begin(), holder.end()) != me)
+    throw RankTaken("rank " + std::to_string(w.rank) + " of this run is already held by " +
+                    std::string(holder.begin(), holder.end()) + ", so this process (" + me +
+                    ") leaves the run alone: two processes were started with RANK=" + std::to_string(w.rank) +
+                    ", or one of another run shares this run's secret and MASTER_PORT (give each run its own)");
   store.add(key(w.attempt, "arrived"), 1);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto pause = std::chrono::microseconds(200);
