@@ -20,6 +20,7 @@
 
 #include <dtrain/dtrain.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -41,6 +42,7 @@ struct Args {
   std::int64_t batch = 32;
   std::string out, storage = "multirank_runs";
   int rendezvous_ms = 20000;
+  int step_ms = 0;  // a pause in each step: a run that lasts while a test does something to it
   std::string strategy = "ddp", resume_from, restore = "weights", variant = "allgather_vs_sum";
   bool accumulate = false, checkpoint = false;
 };
@@ -58,6 +60,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--out") a.out = v;
     else if (f == "--storage") a.storage = v;
     else if (f == "--rendezvous-ms") a.rendezvous_ms = std::stoi(v);
+    else if (f == "--step-ms") a.step_ms = std::stoi(v);
     else if (f == "--strategy") a.strategy = v;
     else if (f == "--resume-from") a.resume_from = v;
     else if (f == "--restore") a.restore = v;
@@ -307,6 +310,44 @@ int run_collectives(const Args& a) {
   return 0;
 }
 
+// Issue 33: a bare Gloo group of launched ranks (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, the run
+// secret), made as backend::gloo makes it (its listeners restricted to the group's hosts) or, with
+// --variant unguarded, as c10d makes it. Rank 1 arrives --rendezvous-ms late, so rank 0's listener
+// waits that long for it (for tests/multihost/intruders.sh's stranger to find). Prints the sum, the
+// milliseconds from making the group to its first allreduce's end, and those of each of --steps
+// allreduces of --batch floats after it (benchmarks/gloo_peers.py).
+int run_gloo_group(const Args& a) {
+  const auto env = [](const char* name) { return std::string(std::getenv(name) ? std::getenv(name) : ""); };
+  const int rank = std::stoi(env("RANK")), size = std::stoi(env("WORLD_SIZE")), port = std::stoi(env("MASTER_PORT"));
+  const auto secret = dtrain::launch::run_secret_from_environment();
+  const std::chrono::milliseconds timeout(20000);
+  c10::intrusive_ptr<c10d::Store> store = rank == 0 ? dtrain::launch::Store::host(env("MASTER_ADDR"), port, secret, timeout)
+                                                    : c10::make_intrusive<dtrain::launch::Store>(env("MASTER_ADDR"), port, secret, timeout);
+  if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(a.rendezvous_ms));
+  const auto device = [] { return c10d::ProcessGroupGloo::createDefaultDevice(); };
+  const auto start = std::chrono::steady_clock::now();
+  const auto ms_since = [](auto t) { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count(); };
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+  if (a.variant == "unguarded") {
+    auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+    options->devices.push_back(device());
+    group = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("gloo", store), rank, size, options);
+  } else {
+    group = dtrain::detail::guarded_gloo_group(store, "gloo", rank, size, timeout, 2, device);
+  }
+  std::vector<torch::Tensor> t{torch::full({4}, static_cast<float>(rank + 1))};
+  group->allreduce(t)->wait();
+  const double connect_ms = ms_since(start);
+  std::vector<torch::Tensor> data{torch::ones({a.batch})};
+  const auto steps_start = std::chrono::steady_clock::now();
+  for (int i = 0; i < a.steps; ++i) group->allreduce(data)->wait();
+  std::cout << "RESULT sum=" << t[0][0].item<float>() << " connect_ms=" << connect_ms
+            << " allreduce_ms=" << ms_since(steps_start) / std::max(a.steps, 1) << std::endl;
+  store->set("done/" + std::to_string(rank), std::vector<std::uint8_t>{1});
+  for (int r = 0; r < size; ++r) store->get("done/" + std::to_string(r));  // rank 0's store outlives every client
+  return 0;
+}
+
 // backend::gloo's hierarchical allreduce, run as launched ranks whose DTRAIN_HOST_ID splits them into
 // hosts: float sums and means (one of 1.5M values: two rounds of the shared-memory slots) must equal,
 // bit for bit, the sum of every rank's tensor in rank order (the one-host channel's order), and a
@@ -473,6 +514,7 @@ int run(const Args& a) {
         // within the 3 s progress timeout.
         if (a.scenario == "slow_step" && ((step == 2 && ctx.world_rank() == 1) || step == 4))
           std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        if (a.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.step_ms));
         sgd.zero_grad();
         torch::Tensor loss;
         {
@@ -537,6 +579,7 @@ int main(int argc, char** argv) try {
   if (a.scenario == "mismatch") return run_mismatch(a);
   if (a.scenario == "graphed_on_cpu") return run_graphed_on_cpu(a);
   if (a.scenario == "hierarchical") return run_hierarchical(a);
+  if (a.scenario == "gloo_group") return run_gloo_group(a);
   if (a.scenario.rfind("fsdp_", 0) == 0) {
     if (a.scenario == "fsdp_bad_optimizer" || a.strategy == "fsdp") return run_sharded<FsdpTrainer>(a);
     if (a.strategy == "fsdp_grad_op") return run_sharded<FsdpGradOpTrainer>(a);
@@ -546,7 +589,7 @@ int main(int argc, char** argv) try {
   if (a.scenario.rfind("amp_", 0) == 0) return run<ScaledTrainer>(a);
   if (a.scenario == "prefetch") return run<PrefetchTrainer>(a);
   return run<Trainer>(a);
-} catch (const dtrain::Error& e) {
+} catch (const std::exception& e) {  // dtrain's errors, and Gloo's in the bare gloo_group
   std::cout << "ERROR " << e.what() << std::endl;
   return 3;
 }
