@@ -158,6 +158,10 @@ int main(int argc, char** argv) try {
   // The data (every worker reads it, as the peer's driver does once): ROOT/train split into
   // training and validation by class, ROOT/test for the best checkpoint.
   const double t0 = now_s();
+  for (const char* part : {"train", "test"})
+    if (!fs::is_directory(o.data_dir / part))
+      throw dtrain::DataError((o.data_dir / part).string() + ": not a directory; --data is an image folder's root, "
+                              "ROOT/train/<class>/<images> and ROOT/test/<class>/<images> (scripts/make-image-folder)");
   const auto processor = data::ViTImageProcessor::from_pretrained(o.model_dir);
   const data::ImageFolder train_folder(o.data_dir / "train", {.channels = processor.channels});
   const data::ImageFolder test_folder(o.data_dir / "test", {.channels = processor.channels});
@@ -169,6 +173,11 @@ int main(int argc, char** argv) try {
   for (std::int64_t i = 0; i < train_folder.size(); ++i)
     classes_of_rows.push_back(train_folder.classes()[static_cast<std::size_t>(train_folder.label(i))]);
   const auto split = data::stratified_split(classes_of_rows, o.val_fraction, 0.0, static_cast<std::uint64_t>(o.seed));
+  if (split.validation.empty() || split.train.size() < static_cast<std::size_t>(o.workers))
+    throw dtrain::ConfigError("--val-fraction " + std::to_string(o.val_fraction) + " of " +
+                              std::to_string(train_folder.size()) + " images leaves " +
+                              std::to_string(split.train.size()) + " to train and " +
+                              std::to_string(split.validation.size()) + " to validate; both need some");
   using Split = data::Subset<data::TensorDataset>;
   const Split train(all, split.train), val(all, split.validation);
   const auto test = processed(processor, test_folder);
