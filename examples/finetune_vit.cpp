@@ -223,7 +223,7 @@ int main(int argc, char** argv) try {
       ++evals;
       ctx.report({{"step", steps}, {"val_loss", v.loss}, {"val_accuracy", v.accuracy}, {"train_loss", last_loss},
                   {"lr", schedule.lrs().front()}, {"train_samples", total}, {"train_s", train_s},
-                  {"train_samples_per_s", total / train_s}, {"eval_s", eval_s}, {"evals", evals},
+                  {"train_samples_per_s", total / train_s}, {"eval_s", eval_s + now_s() - e0}, {"evals", evals},
                   {"startup_s", first_step - started}, {"init_loaded", static_cast<double>(loaded.loaded)},
                   {"init_unexpected", static_cast<double>(loaded.unexpected.size())}},
                  ctx.checkpoint(model, opt).with_file("preprocessor_config.json", o.model_dir / "preprocessor_config.json"));
@@ -232,8 +232,7 @@ int main(int argc, char** argv) try {
       eval_s += segment - e0;
     };
     model->train();
-    for (auto epoch : ctx.epochs(epochs)) {
-      (void)epoch;
+    for ([[maybe_unused]] auto epoch : ctx.epochs(epochs)) {
       for (const auto& b : ctx.shard(train, o.global_batch)) {
         opt.zero_grad();
         const auto loss = torch::nn::functional::cross_entropy(ctx.forward(model, b.data), b.target);
