@@ -114,6 +114,7 @@ Options parse(int argc, char** argv) {
     else throw std::invalid_argument("unknown flag " + f);
   }
   if (o.model_dir.empty() || o.data_dir.empty()) throw std::invalid_argument("--model-dir and --data are required");
+  if (o.workers > 4096) throw std::invalid_argument("--workers needs an integer from 1 to 4096");
   if (o.global_batch % o.workers) throw std::invalid_argument("--global-batch must be a multiple of --workers");
   return o;
 }
