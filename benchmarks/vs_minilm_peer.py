@@ -25,10 +25,10 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 import idle
+from process_tree import Memory
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.normpath(os.path.join(here, ".."))
@@ -62,50 +62,6 @@ if not os.path.isfile(args.example):
 env = dict(os.environ, OPENBLAS_NUM_THREADS=str(args.threads_per_worker), OMP_NUM_THREADS=str(args.threads_per_worker),
            HF_HUB_DISABLE_PROGRESS_BARS="1")
 env.pop("FINETUNE_TEXT_CLASSIFIER_START", None)  # the example's start time is its own
-PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def tree(pid):
-    """pid and its descendants, from /proc's parent links."""
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open("/proc/%s/stat" % entry) as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(entry))
-            except (OSError, IndexError, ValueError):
-                pass
-    out, todo = [], [pid]
-    while todo:
-        q = todo.pop()
-        out.append(q)
-        todo += children.get(q, [])
-    return out
-
-
-class Memory(threading.Thread):
-    """Samples the process tree of `pid`: the largest sum of resident sets, the largest VmHWM."""
-
-    def __init__(self, pid):
-        super().__init__(daemon=True)
-        self.pid, self.peak_sum, self.hwm, self.done = pid, 0, {}, threading.Event()
-
-    def run(self):
-        while not self.done.is_set():
-            total = 0
-            for q in tree(self.pid):
-                try:
-                    with open("/proc/%d/statm" % q) as f:
-                        total += int(f.read().split()[1]) * PAGE
-                    with open("/proc/%d/status" % q) as f:
-                        for line in f:
-                            if line.startswith("VmHWM:"):
-                                self.hwm[q] = max(self.hwm.get(q, 0), int(line.split()[1]) * 1024)
-                except (OSError, ValueError):
-                    pass
-            self.peak_sum = max(self.peak_sum, total)
-            self.done.wait(0.1)
 
 
 def run(cmd):

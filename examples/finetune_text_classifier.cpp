@@ -31,6 +31,7 @@
 #include <dtrain/nn/bert_export.hpp>
 #include <dtrain/schedule/warmup_cosine.hpp>
 
+#include "finetune.hpp"
 #include "text_tagger.hpp"
 
 #include <algorithm>
@@ -51,6 +52,8 @@
 
 namespace data = dtrain::data;
 namespace fs = std::filesystem;
+using finetune::fnv1a;
+using finetune::steps_per_epoch;
 using text_tagger::Encoded;
 using text_tagger::now_s;
 using text_tagger::Rows;
@@ -142,24 +145,6 @@ struct MiniLMTaggerImpl : dtrain::nn::BertForSequenceClassificationImpl {
   torch::Tensor forward(const data::Fields& b) { return forward(b["input_ids"], b["attention_mask"]); }
 };
 TORCH_MODULE(MiniLMTagger);
-
-// FNV-1a (64 bits) over the rows' little-endian int64 bytes: the split's fingerprint, which
-// minilm_peer.py computes over its own split.
-std::string fnv1a(const std::vector<std::int64_t>& rows) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (auto v : rows)
-    for (int b = 0; b < 8; ++b) h = (h ^ ((static_cast<std::uint64_t>(v) >> (8 * b)) & 0xffu)) * 0x100000001b3ull;
-  char out[17];
-  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
-  return out;
-}
-
-// Steps an epoch takes: each rank's share (the sampler pads the last round) in per-rank batches,
-// the last one short. torch's DistributedSampler + DataLoader count the same.
-std::int64_t steps_per_epoch(std::int64_t rows, std::int64_t workers, std::int64_t global_batch) {
-  const auto per_rank = (rows + workers - 1) / workers, batch = global_batch / workers;
-  return (per_rank + batch - 1) / batch;
-}
 
 }  // namespace
 
