@@ -7,7 +7,7 @@
 
 On two network namespace hosts (scripts/netns-hosts, as the multihost tests make them; needs root),
 rank 0 on one and rank 1 on the other, a bare 2-rank Gloo group (the scenarios program's
-gloo_group), alternately made as c10d makes it (unguarded) and as backend::gloo makes it (guarded:
+gloo_group), alternately (each first in turn) made as c10d makes it (unguarded) and as backend::gloo makes it (guarded:
 the ranks exchange their hosts' addresses through the store, and every listener of the group gets
 a socket filter that the kernel runs on each packet it receives). Per run, rank 0's figures: the
 milliseconds from making the group to its first allreduce's end (the rendezvous part), and the
@@ -69,8 +69,8 @@ idle.wait(args.allow_load)
 runs = {"unguarded": [], "guarded": []}
 records = []
 port = 29700
-for _ in range(args.repeats):
-    for variant in ("unguarded", "guarded"):
+for repeat in range(args.repeats):
+    for variant in ("unguarded", "guarded")[:: 1 if repeat % 2 == 0 else -1]:  # each first in turn
         port += 1
         with idle.Run() as load:
             connect_ms, allreduce_ms = one(variant, port)
