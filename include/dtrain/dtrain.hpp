@@ -73,6 +73,7 @@
 #include <dtrain/nn/bert.hpp>
 #include <dtrain/nn/bert_export.hpp>
 #include <dtrain/nn/encoder.hpp>
+#include <dtrain/nn/loss.hpp>
 #include <dtrain/nn/vit.hpp>
 #include <dtrain/nn/resnet.hpp>
 #include <dtrain/evaluation/validation.hpp>

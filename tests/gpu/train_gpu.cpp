@@ -147,9 +147,9 @@ dtrain::data::TensorDataset sequences(const Args& a) {
   return {tokens.narrow(1, 0, a.seq).contiguous(), tokens.narrow(1, 1, a.seq).contiguous()};
 }
 
+// Python's F.cross_entropy(logits.float(), y), without the fp32 copy of the logits (docs/gpu.md, finding 7).
 torch::Tensor loss_of(const torch::Tensor& logits, const torch::Tensor& target) {
-  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat),
-                                              target.reshape({-1}));
+  return dtrain::nn::cross_entropy_fp32(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}));
 }
 
 // --graph 1: the step captured by ctx.graphed_step, whose static_assert refuses amp<fp16> (its loss

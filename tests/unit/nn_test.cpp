@@ -8,6 +8,7 @@
 #include <string>
 
 #include <dtrain/nn/encoder.hpp>
+#include <dtrain/nn/loss.hpp>
 
 #include <torch/torch.h>
 
@@ -113,4 +114,35 @@ TEST_CASE("nn::EncoderLayer: bad shapes are clear errors", "[nn]") {
   CHECK_THROWS_WITH(layer->forward(torch::randn({4, 16})), Catch::Contains("must be [batch, sequence, 16] (batch first)"));
   CHECK_THROWS_WITH(layer->forward(torch::randn({2, 4, 8})), Catch::Contains("with 8 features"));
   CHECK_THROWS_WITH(nn::padding_mask(torch::zeros({2, 3, 4})), Catch::Contains("[batch, sequence]"));
+}
+
+TEST_CASE("nn::cross_entropy_fp32 is F.cross_entropy(logits.float(), target), ignored targets included", "[nn]") {
+  torch::manual_seed(5);
+  const auto target = torch::randint(0, 50, {64}).index_put_({torch::indexing::Slice(0, 5)}, -100);
+  for (const auto dtype : {torch::kBFloat16, torch::kFloat}) {
+    INFO(dtype);
+    const auto logits = (torch::randn({64, 50}) * 4).to(dtype).requires_grad_();
+    const auto reference = logits.detach().clone().requires_grad_();
+    const auto loss = nn::cross_entropy_fp32(logits, target);
+    const auto expected = torch::nn::functional::cross_entropy(reference.to(torch::kFloat), target);
+    CHECK(loss.scalar_type() == torch::kFloat);
+    CHECK(torch::equal(loss, expected));
+    loss.backward();
+    expected.backward();
+    CHECK(logits.grad().scalar_type() == dtype);
+    CHECK(torch::equal(logits.grad(), reference.grad()));
+    CHECK(logits.grad().narrow(0, 0, 5).abs().sum().item<double>() == 0);  // ignored rows train nothing
+  }
+  const auto logits = torch::randn({8, 3});
+  const auto labels = torch::tensor({0, 1, 2, 0, 1, 2, 0, 1});
+  CHECK(torch::equal(nn::cross_entropy_fp32(logits, labels, /*ignore_index=*/0),
+                     torch::nn::functional::cross_entropy(
+                         logits, labels, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(0))));
+}
+
+TEST_CASE("nn::cross_entropy_fp32: logits that are not [N, classes] are a clear error naming the reshape", "[nn]") {
+  CHECK_THROWS_WITH(nn::cross_entropy_fp32(torch::randn({2, 4, 10}), torch::randint(0, 10, {2, 4})),
+                    Catch::Contains("logits [2, 4, 10] and target [2, 4]") &&
+                        Catch::Contains("logits.reshape({-1, logits.size(-1)})"));
+  CHECK_THROWS_AS(nn::cross_entropy_fp32(torch::randn({3, 10}), torch::randint(0, 10, {4})), dtrain::ConfigError);
 }
