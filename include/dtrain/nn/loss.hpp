@@ -5,12 +5,14 @@
 //
 // Why: a language model's logits ([tokens, vocabulary]) are its largest activation. Written as in
 // Python, the fp32 copy is one pass that reads the half logits and writes twice their bytes, the
-// log-softmax reads it again, and backward casts the fp32 gradient back: four passes over the
-// largest tensor that do no arithmetic. ATen's log-softmax reads half logits and writes fp32
-// log-probabilities itself (its half_to_float mode, CUDA only), and its backward writes the half
-// gradient, so those passes go (about 3 % of an H200 step of the GPU benchmark's transformer
-// block: docs/gpu.md, finding 7). The arithmetic is fp32's either way; results equal the copying
-// form's within rounding (the reduction order differs with the element size), not bitwise.
+// log-softmax reads it again, and backward casts the fp32 gradient back: passes over the largest
+// tensor that do no arithmetic, and an fp32 copy held at the forward's peak. For fp16 logits on
+// CUDA, ATen's log-softmax reads them and writes fp32 log-probabilities itself (its half_to_float
+// mode) and its backward writes the fp16 gradient, so those passes and that copy go. ATen's kernel
+// takes fp16 only (bf16 is refused: "conversion is supported for Half type only", seen on an H200
+// with torch 2.11), so bf16 logits, and any logits on the CPU, take the copying form. The
+// arithmetic is fp32's either way; results equal the copying form's within rounding (the row is
+// summed in another order), not bitwise.
 
 #include <cstdint>
 #include <string>
@@ -35,9 +37,7 @@ inline torch::Tensor cross_entropy_fp32(const torch::Tensor& logits, const torch
                       c10::str(target.sizes()) +
                       ". A sequence model's logits [B, S, classes] go in as logits.reshape({-1, logits.size(-1)}) "
                       "with target.reshape({-1})");
-  const auto dtype = logits.scalar_type();
-  const bool half = dtype == torch::kHalf || dtype == torch::kBFloat16;
-  if (half && logits.is_cuda()) {
+  if (logits.scalar_type() == torch::kHalf && logits.is_cuda()) {
     const auto log_probs = at::_log_softmax(logits, /*dim=*/1, /*half_to_float=*/true);
     return at::nll_loss(log_probs, target, /*weight=*/{}, at::Reduction::Mean, ignore_index);
   }
