@@ -7,9 +7,10 @@
 // random.Random shuffle, so the peer's split is the same); nn::ViTForImageClassification with the
 // directory's backbone and a new head for the folder's classes; AdamW with a linear warm-up from
 // lr / 10 then cosine decay to 0 (schedule::WarmupCosine) on 2 workers (ddp<>); every --eval-every
-// steps (and at the last) the validation loss and accuracy, reported with a checkpoint; the best
-// checkpoint by val_loss scored on ROOT/test and, with --export DIR, written as a Hugging Face
-// directory that transformers' ViTForImageClassification.from_pretrained loads. One JSON line.
+// steps (and at the last) the validation loss and accuracy, reported with a checkpoint that holds
+// the processor and the class names; the best checkpoint by val_loss alone scores ROOT/test's image
+// files (evaluation::Predictor with ImageInputs) and, with --export DIR, is written as a Hugging
+// Face directory that transformers' ViTForImageClassification.from_pretrained loads. One JSON line.
 //
 //   finetune_vit --model-dir DIR --data ROOT [--workers N] [--threads-per-worker N]
 //       [--global-batch N] [--epochs N] [--max-steps N] [--eval-every N] [--val-fraction X]
@@ -26,6 +27,7 @@
 #include <dtrain/data/splits.hpp>
 #include <dtrain/data/vit_image_processor.hpp>
 #include <dtrain/dtrain.hpp>
+#include <dtrain/evaluation/image_inputs.hpp>  // the Predictor on image files: dtrain::images too
 #include <dtrain/evaluation/validation.hpp>
 #include <dtrain/memory.hpp>
 #include <dtrain/nn/vit.hpp>
@@ -181,7 +183,7 @@ int main(int argc, char** argv) try {
                               std::to_string(split.validation.size()) + " to validate; both need some");
   using Split = data::Subset<data::TensorDataset>;
   const Split train(all, split.train), val(all, split.validation);
-  const auto test = processed(processor, test_folder);
+  const auto labels = data::LabelEncoder::fit(train_folder.classes());  // sorted, as the folder's classes
   const double pipeline_s = now_s() - t0;
 
   auto config = dtrain::nn::ViTConfig::from_pretrained(o.model_dir);
@@ -227,7 +229,7 @@ int main(int argc, char** argv) try {
                   {"train_samples_per_s", total / train_s}, {"eval_s", eval_s + now_s() - e0}, {"evals", evals},
                   {"startup_s", first_step - started}, {"init_loaded", static_cast<double>(loaded.loaded)},
                   {"init_unexpected", static_cast<double>(loaded.unexpected.size())}},
-                 ctx.checkpoint(model, opt).with_file("preprocessor_config.json", o.model_dir / "preprocessor_config.json"));
+                 ctx.checkpoint(model, opt).with_object("transforms", processor).with_object("labels", labels));
       (void)ctx.all_reduce(0.0);
       segment = now_s();
       eval_s += segment - e0;
@@ -254,25 +256,32 @@ int main(int argc, char** argv) try {
   });
   if (!result.best_checkpoint()) throw std::runtime_error("the run saved no checkpoint");
 
-  // The best checkpoint by val_loss (load_best_model_at_end) on ROOT/test, in the driver.
+  // The best checkpoint by val_loss (load_best_model_at_end) alone serves ROOT/test's image files:
+  // the model from its config, the processor and class names it saved.
   const auto& best = *result.best_checkpoint();
-  auto tuned = dtrain::checkpointer::build_model<ViT>(best);
-  best.load_model(tuned);
-  tuned->eval();
-  torch::NoGradGuard no_grad;
+  auto predictor =
+      dtrain::evaluation::Predictor<ViT>::from_checkpoint<data::ViTImageProcessor>(best.path(), dtrain::evaluation::ImageInputs{});
   const double h0 = now_s();
+  std::vector<std::string> test_files;
   std::int64_t correct = 0;
-  for (std::int64_t begin = 0; begin < test.size(); begin += 256) {
-    const auto idx = torch::arange(begin, std::min(test.size(), begin + 256));
-    const auto b = test.get_batch(idx);
-    correct += tuned->forward(b.data).argmax(1).eq(b.target).sum().item<std::int64_t>();
+  for (std::int64_t begin = 0; begin < test_folder.size(); begin += 256) {
+    const auto end = std::min(test_folder.size(), begin + 256);
+    std::vector<std::string> files;
+    std::vector<std::int64_t> targets;
+    for (auto i = begin; i < end; ++i) {
+      files.push_back(test_folder.path(i));
+      targets.push_back(test_folder.label(i));
+    }
+    correct += predictor.predict(files).classes().eq(torch::tensor(targets)).sum().item<std::int64_t>();
   }
   const double test_s = now_s() - h0;
+  auto& tuned = predictor.model();
+  torch::NoGradGuard no_grad;
   nlohmann::json probe_files = nlohmann::json::array(), probe_logits = nlohmann::json::array();
   for (std::int64_t k = 0; k < 4; ++k) {
-    const auto i = k * test.size() / 4;
-    probe_files.push_back(test_folder.path(i));
-    const auto logits = tuned->forward(test.get_batch(torch::tensor({i})).data)[0].to(torch::kFloat64).contiguous();
+    const auto path = test_folder.path(k * test_folder.size() / 4);
+    probe_files.push_back(path);
+    const auto logits = tuned->forward(processor.load({path}))[0].to(torch::kFloat64).contiguous();
     probe_logits.push_back(std::vector<double>(logits.data_ptr<double>(), logits.data_ptr<double>() + logits.numel()));
   }
 
@@ -290,9 +299,9 @@ int main(int argc, char** argv) try {
       {"final_val_loss", m.at("val_loss").number()}, {"final_val_accuracy", m.at("val_accuracy").number()},
       {"best_step", static_cast<std::int64_t>(b.at("step").number())}, {"val_loss", b.at("val_loss").number()},
       {"val_accuracy", b.at("val_accuracy").number()},
-      {"test_accuracy", static_cast<double>(correct) / static_cast<double>(std::max<std::int64_t>(1, test.size()))},
+      {"test_accuracy", static_cast<double>(correct) / static_cast<double>(std::max<std::int64_t>(1, test_folder.size()))},
       {"test_s", test_s}, {"classes", train_folder.classes().size()}, {"train_images", train.size()},
-      {"val_images", val.size()}, {"test_images", test.size()}, {"split_fnv1a", finetune::fnv1a(split.train)},
+      {"val_images", val.size()}, {"test_images", test_folder.size()}, {"split_fnv1a", finetune::fnv1a(split.train)},
       {"image_size", processor.height}, {"init_loaded", static_cast<std::int64_t>(m.at("init_loaded").number())},
       {"init_unexpected", static_cast<std::int64_t>(m.at("init_unexpected").number())}, {"lr", o.lr},
       {"weight_decay", o.weight_decay}, {"probe_files", probe_files}, {"probe_logits", probe_logits},

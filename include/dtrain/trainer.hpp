@@ -125,7 +125,7 @@ class Trainer {
     // Under torchrun, Slurm or Open MPI no driver of ours records the run: rank 0 does, the same way.
     std::optional<tracking::RunTracking<policies>> tracked;
     try {
-      launch::install_worker_stop_handlers();
+      launch::install_worker_signal_handlers();
       launch::set_worker_threads(scaling_.threads_per_worker);
       if (!who.store_on_driver && who.local_rank == 0) launch::warn_if_generic_blas_kernel();  // once a host
       retain_freed_memory_by_default();

@@ -5,9 +5,12 @@
 
 #include "support.hpp"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <csignal>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -343,4 +346,23 @@ TEST_CASE("MetricsHistory::truncate_jsonl keeps the rows up to a resumed iterati
   for (std::size_t i = 0; i < 3; ++i) CHECK(after[i] == before[i]);
   d::MetricsHistory::truncate_jsonl(path, "iteration", 0);  // a fresh start
   CHECK_FALSE(std::filesystem::exists(path));
+}
+
+TEST_CASE("A worker's signal handlers turn a write to a closed peer into EPIPE, not a death by SIGPIPE", "[launch]") {
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // the worker: its handlers, then a write into a pipe nobody reads any more
+    ::signal(SIGPIPE, SIG_DFL);  // whatever this test's parent left: the handlers must ignore it
+    dtrain::launch::install_worker_signal_handlers();
+    int fds[2];
+    if (::pipe(fds) != 0) ::_exit(3);
+    ::close(fds[0]);
+    const auto written = ::write(fds[1], "x", 1);
+    ::_exit(written < 0 && errno == EPIPE ? 0 : 2);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  INFO("signalled " << WIFSIGNALED(status) << ", signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0));
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }

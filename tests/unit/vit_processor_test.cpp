@@ -6,6 +6,7 @@
 // each grown (32 x 32) and shrunk (20 x 24). Built where dtrain::images (OpenCV) is.
 
 #include "../dtrain_catch.hpp"
+#include "checkpoint_support.hpp"
 #include "vit_test_support.hpp"
 
 #include <cstdlib>
@@ -19,6 +20,8 @@
 
 #include <dtrain/data/image_folder.hpp>
 #include <dtrain/data/vit_image_processor.hpp>
+#include <dtrain/evaluation/image_inputs.hpp>
+#include <dtrain/nn/vit.hpp>
 #include <dtrain/weights/safetensors.hpp>
 
 namespace fs = std::filesystem;
@@ -93,4 +96,53 @@ TEST_CASE("vit_image_processor_matches_transformers", "[nn][python]") {
     std::cout << config << ": OpenCV's INTER_LINEAR in place of PIL's bilinear filter would differ by up to " << grown
               << " (images grown) and " << shrunk << " (images shrunk) in the normalised floats\n";
   }
+}
+
+TEST_CASE("vit_checkpoint_alone_serves_image_files_through_its_processor", "[nn]") {
+  Dir dir("vit_predictor");
+  const std::string cmd = "/usr/bin/python3 " DTRAIN_MAKE_IMAGE_FOLDER " " + (dir / "folder").string() + " --per-class 1 > /dev/null";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  const data::ImageFolder folder(dir / "folder" / "test", {.channels = 3});
+  std::vector<std::string> files;
+  for (std::int64_t i = 0; i < folder.size(); ++i) files.push_back(folder.path(i));
+
+  // A 32-pixel processor (grey 28 x 28 files grown with PIL's filter) and a tiny ViT with a head
+  // for the folder's classes, saved as finetune_vit saves them: the processor and class names as
+  // checkpoint objects beside the model and its config.
+  const auto processor = data::ViTImageProcessor::from_json(
+      {{"do_resize", true}, {"size", {{"height", 32}, {"width", 32}}}, {"image_mean", {0.5, 0.4, 0.3}},
+       {"image_std", {0.2, 0.25, 0.3}}, {"rescale_factor", 1.0 / 255}});
+  auto config = dtrain::nn::ViTConfig::from_json({{"model_type", "vit"}, {"hidden_size", 32}, {"num_hidden_layers", 1},
+                                                  {"num_attention_heads", 2}, {"intermediate_size", 64},
+                                                  {"image_size", 32}, {"patch_size", 8}, {"num_channels", 3}});
+  config.id2label = folder.classes();
+  torch::manual_seed(5);
+  dtrain::nn::ViTForImageClassification model(config);
+  const auto labels = data::LabelEncoder::fit(folder.classes());
+  const auto path = dtrain_test::save_checkpoint(dir / "run", *model, [&](auto& snapshot) {
+    snapshot.model_config = dtrain::checkpointer::describe_model(model);
+    snapshot.with_object("transforms", processor).with_object("labels", labels);
+  });
+
+  auto predictor = dtrain::evaluation::Predictor<dtrain::nn::ViTForImageClassification>::from_checkpoint<data::ViTImageProcessor>(
+      path, dtrain::evaluation::ImageInputs{});
+  const auto p = predictor.predict(files);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  CHECK(torch::allclose(p.probabilities(), torch::softmax(model->forward(processor.load(files)), 1), 1e-6, 1e-7));
+  CHECK(p.class_names() == folder.classes());
+  CHECK(p[0].label == folder.classes()[static_cast<std::size_t>(p.classes()[0].item<std::int64_t>())]);
+
+  // The processor round-trips as a checkpoint object; another type saved under the name is named.
+  const auto ck = dtrain::checkpointer::Checkpoint::open(path);
+  REQUIRE(ck);
+  data::ViTImageProcessor restored;
+  ck->load_object("transforms", restored);
+  CHECK(restored.to_json() == processor.to_json());
+  CHECK(torch::equal(restored.load(files), processor.load(files)));
+  const auto wrong = error_of([&] {
+    dtrain::evaluation::Predictor<dtrain::nn::ViTForImageClassification>::from_checkpoint(path, dtrain::evaluation::ImageInputs{});
+  });
+  INFO(wrong);
+  CHECK_THAT(wrong, Catch::Contains("objects/transforms.pt") && Catch::Contains("holds a ViTImageProcessor, not a ImageTransforms"));
 }

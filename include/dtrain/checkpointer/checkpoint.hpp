@@ -283,6 +283,8 @@ class Checkpoint {
     } catch (const c10::Error& e) {
       throw Error(p.string() + ": cannot load the object \"" + name + "\" (" + e.what_without_backtrace() +
                   "); was it saved by another type?");
+    } catch (const DataError& e) {  // a preprocessor of another kind: its message names both
+      throw DataError(p.string() + ": the object \"" + name + "\": " + e.what());
     }
   }
 

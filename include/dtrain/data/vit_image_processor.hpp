@@ -35,6 +35,7 @@
 
 #include <dtrain/data/fields.hpp>
 #include <dtrain/data/image.hpp>
+#include <dtrain/data/preprocess.hpp>
 #include <dtrain/error.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -210,6 +211,13 @@ struct ViTImageProcessor {
     images.reserve(paths.size());
     for (const auto& path : paths) images.push_back((*this)(Image{decode_image(path, channels), -1, path}));
     return pixel_values(images);
+  }
+
+  /// As a checkpoint object (ctx.checkpoint(...).with_object("transforms", processor)), which
+  /// evaluation::ImageInputs restores for a Predictor: preprocessor_config.json's object.
+  void save(torch::serialize::OutputArchive& a) const { detail::write_json(a, "ViTImageProcessor", to_json()); }
+  void load(torch::serialize::InputArchive& a) {
+    *this = from_json(detail::read_json(a, "ViTImageProcessor"), "the checkpoint's ViTImageProcessor");
   }
 
   bool operator==(const ViTImageProcessor&) const = default;

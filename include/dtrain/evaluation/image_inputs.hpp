@@ -7,6 +7,9 @@
 //   auto predictor = Predictor<Net>::from_checkpoint(dir, dtrain::evaluation::ImageInputs{});
 //   auto p = predictor.predict({"cat.png", "dog.jpg"});  // p[i].label, p[i].probabilities
 //
+// A ViT fine-tuned from a Hugging Face directory saves its data::ViTImageProcessor instead, and names
+// it: Predictor<ViT>::from_checkpoint<dtrain::data::ViTImageProcessor>(dir, ImageInputs{}).
+//
 // OpenCV decodes the files: like data/image.hpp, link the CMake target dtrain::images.
 
 #include <string>
@@ -21,18 +24,23 @@ DTRAIN_NAMESPACE_BEGIN
 
 namespace evaluation {
 
-/// Which checkpoint objects turn image files into a model's batch: a data::ImageTransforms saved
+/// Which checkpoint objects turn image files into a model's batch: the image preprocessing saved
 /// as `transforms` and a data::LabelEncoder of the class names saved as `labels`
 /// (`data::LabelEncoder::fit(folder.classes())`: an ImageFolder's classes are sorted, as the
 /// encoder's are, so class k keeps its name). A file becomes one row of the model's float
-/// [N, C, H, W] input, given to its forward(Tensor).
+/// [N, C, H, W] input, given to its forward(Tensor). The preprocessing is a data::ImageTransforms
+/// unless the Predictor names the type it was saved as:
+///   Predictor<ViT>::from_checkpoint<dtrain::data::ViTImageProcessor>(dir, ImageInputs{})
 struct ImageInputs {
   explicit ImageInputs() = default;
   std::string transforms = "transforms";
   std::string labels = "labels";
 
+  /// `Transforms`: what the training saved as `transforms`, with load(archive) and
+  /// load(image paths) -> [N, C, H, W] (data::ImageTransforms, data::ViTImageProcessor).
+  template <class Transforms = data::ImageTransforms>
   RawInputs restore(const checkpointer::Checkpoint& ck) const {
-    data::ImageTransforms t;
+    Transforms t;
     data::LabelEncoder encoder;
     ck.load_object(transforms, t);
     ck.load_object(labels, encoder);

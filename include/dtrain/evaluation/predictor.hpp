@@ -169,21 +169,24 @@ class Predictor {
     return with_inputs(from_checkpoint(ck, checkpointer::build_model<Model>(ck), {}, device), inputs.restore(ck));
   }
 
-  /// Text inputs through a tokenizer of type `Tokenizer`, as it was saved: data::WordVocabulary,
-  /// data::WordPieceTokenizer or data::SentencePieceTokenizer (`Predictor<Net>::from_checkpoint<data::SentencePieceTokenizer>(dir,
-  /// TextInputs{})`, or with a model: `(dir, Net{...}, TextInputs{})`).
-  template <class Tokenizer>
-  static Predictor from_checkpoint(const std::filesystem::path& checkpoint_dir, Model model, const TextInputs& text,
+  /// Raw inputs through preprocessing of type `Preprocessing`, as it was saved: a tokenizer for
+  /// TextInputs (data::WordVocabulary, data::WordPieceTokenizer or data::SentencePieceTokenizer:
+  /// `Predictor<Net>::from_checkpoint<data::SentencePieceTokenizer>(dir, TextInputs{})`), an image
+  /// preprocessing for ImageInputs (data::ImageTransforms, data::ViTImageProcessor); or with a
+  /// model: `(dir, Net{...}, TextInputs{})`.
+  template <class Preprocessing, InputsFromCheckpoint Inputs>
+  static Predictor from_checkpoint(const std::filesystem::path& checkpoint_dir, Model model, const Inputs& inputs,
                                    torch::Device device = torch::kCPU) {
     const auto ck = open(checkpoint_dir);
-    return with_inputs(from_checkpoint(ck, std::move(model), {}, device), text.template restore<Tokenizer>(ck));
+    return with_inputs(from_checkpoint(ck, std::move(model), {}, device),
+                       inputs.template restore<Preprocessing>(ck));
   }
-  template <class Tokenizer>
-  static Predictor from_checkpoint(const std::filesystem::path& checkpoint_dir, const TextInputs& text,
+  template <class Preprocessing, InputsFromCheckpoint Inputs>
+  static Predictor from_checkpoint(const std::filesystem::path& checkpoint_dir, const Inputs& inputs,
                                    torch::Device device = torch::kCPU) {
     const auto ck = open(checkpoint_dir);
     return with_inputs(from_checkpoint(ck, checkpointer::build_model<Model>(ck), {}, device),
-                       text.template restore<Tokenizer>(ck));
+                       inputs.template restore<Preprocessing>(ck));
   }
 
   /// The predictions for raw inputs (texts, or image files' paths) through the preprocessing

@@ -78,11 +78,14 @@ class StopSignals {
 
 /// In a worker: SIGINT and SIGTERM (Ctrl-C reaches the whole process group; the driver, Slurm,
 /// Kubernetes and torchrun send SIGTERM) ask the loop to stop instead of killing the worker; a
-/// second one kills it.
-inline void install_worker_stop_handlers() {
+/// second one kills it. SIGPIPE is ignored, as Python ignores it: a write to a peer that closed
+/// its socket (Gloo's writev to a rank that died) fails with EPIPE, which the library reports
+/// and the worker records as its failure, where the signal would end the worker without a word.
+inline void install_worker_signal_handlers() {
   detail::stop_signals = 0;
   detail::handle(SIGINT, detail::worker_stop_signal);
   detail::handle(SIGTERM, detail::worker_stop_signal);
+  detail::handle(SIGPIPE, SIG_IGN);
 }
 
 /// The store key the driver sets to ask a group to stop (read by StopRequest).
