@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // nn/resnet.hpp: ResNetConfig (JSON, refusals), parameter and buffer names that are torchvision's,
 // strict loads that fail when the depth or the classes differ; and, through the Python environment
-// of scripts/python-env (tests/unit/resnet_reference.py), torchvision's resnet18, resnet34 and
-// resnet50 state_dicts (torch.save and safetensors) loading strictly and computing what torchvision
+// of scripts/python-env (tests/unit/resnet_reference.py), torchvision's resnet18, resnet34, resnet50
+// and resnet18 with the small-image stem (conv1 3x3 stride 1, maxpool an nn.Identity(), as the image
+// workload uses it) state_dicts (torch.save and safetensors) loading strictly and computing what torchvision
 // computes in eval and train mode (running statistics included), and dtrain's model.pt and
 // safetensors loading strictly back into torchvision with equal outputs.
 
