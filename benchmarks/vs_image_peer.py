@@ -4,7 +4,8 @@
 
     benchmarks/vs_image_peer.py --root DIR [--example build/examples/image_classifier]
         [--peer ../shared/peers/image_peer.py] [--decode-steps 100] [--train-steps 60]
-        [--loader-threads 0,1] [--repeats 1] [--width 16] [--workers 2]
+        [--loader-threads 0,1] [--repeats 1] [--width 16] [--workers 2] [--global-batch 128]
+        [--weights FILE]
 
 DIR is an image folder (scripts/make-image-folder DIR). On the same folder, alternately:
   1. the input pipeline alone (--decode-only, global batch 128 over the workers, --decode-steps
@@ -16,7 +17,12 @@ DIR is an image folder (scripts/make-image-folder DIR). On the same folder, alte
   2. training (ResNet-18 at --width, SGD + cosine, global batch 128, --train-steps steps, one
      intra-op thread and one BLAS thread per worker): the peer (decoding in the training process),
      dtrain fp32 and dtrain bf16 (1 loader thread each) - samples/s, startup, test accuracy on the
-     whole test folder.
+     whole test folder, peak memory (the largest sum of the resident sets of the run's process tree,
+     sampled every 0.1 s: benchmarks/process_tree.py).
+With --weights FILE (a torchvision resnet18 state_dict with the small-image stem:
+examples/torchvision_resnet18.py) both sides start from FILE: the example with --weights, the peer is
+benchmarks/resnet_peer.py (torchvision.models.resnet18, the same stem and FILE) unless --peer is
+given; the width is torchvision's 64 and the input pipeline alone is not measured.
 Medians over --repeats; the ratios are dtrain / peer. One JSON line with every figure ends the
 output.
 """
@@ -28,21 +34,31 @@ import subprocess
 import sys
 
 import idle
+from process_tree import Memory
 
 here = os.path.dirname(os.path.abspath(__file__))
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--root", required=True)
 p.add_argument("--example", default=os.path.join(here, "..", "build", "examples", "image_classifier"))
-p.add_argument("--peer", default=os.path.join(here, "..", "..", "shared", "peers", "image_peer.py"))
+p.add_argument("--peer", help="default: ../shared/peers/image_peer.py; with --weights, benchmarks/resnet_peer.py")
 p.add_argument("--decode-steps", type=int, default=100)
 p.add_argument("--train-steps", type=int, default=60)
 p.add_argument("--loader-threads", default="0,1")
 p.add_argument("--repeats", type=int, default=1)
 p.add_argument("--width", type=int, default=16)
 p.add_argument("--workers", type=int, default=2)
+p.add_argument("--global-batch", type=int, default=128)
+p.add_argument("--weights", help="a torchvision resnet18 state_dict both sides start from")
 p.add_argument("--storage-path", default="/tmp/dtrain_image_bench")
 idle.add_argument(p)
 args = p.parse_args()
+if args.weights:
+    if not os.path.isfile(args.weights):
+        sys.exit("vs_image_peer: --weights %s: no such file; make one with examples/torchvision_resnet18.py %s"
+                 % (args.weights, args.weights))
+    args.width = 64
+args.peer = args.peer or (os.path.join(here, "resnet_peer.py") if args.weights else
+                          os.path.join(here, "..", "..", "shared", "peers", "image_peer.py"))
 if not os.path.isdir(os.path.join(args.root, "train")):
     sys.exit("vs_image_peer: %s has no train/ folder; make one with scripts/make-image-folder %s" % (args.root, args.root))
 if not os.access(args.example, os.X_OK):
@@ -57,11 +73,18 @@ loads = []
 
 def run(cmd):
     with idle.Run() as load:
-        out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    if out.returncode != 0:
-        sys.exit("failed: %s\n%s%s" % (" ".join(cmd), out.stdout, out.stderr[-4000:]))
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        memory = Memory(proc.pid)
+        memory.start()
+        out, err = proc.communicate()
+        memory.done.set()
+        memory.join()
+    if proc.returncode != 0:
+        sys.exit("failed: %s\n%s%s" % (" ".join(cmd), out, err[-4000:]))
     loads.append(load.record)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    result = json.loads(out.strip().splitlines()[-1])
+    result["peak_rss_sum_mb"] = memory.peak_sum / 2**20
+    return result
 
 
 def peer(flags, loaders):
@@ -78,16 +101,19 @@ def median(runs, key):
     return statistics.median(r[key] for r in runs)
 
 
-common = ["--root", args.root, "--workers", str(args.workers), "--global-batch", "128", "--threads-per-worker", "1"]
-report = {"workers": args.workers, "width": args.width, "decode": {}, "train": {}}
+common = ["--root", args.root, "--workers", str(args.workers), "--global-batch", str(args.global_batch),
+          "--threads-per-worker", "1"]
+report = {"workers": args.workers, "width": args.width, "global_batch": args.global_batch, "weights": args.weights,
+          "peer": args.peer, "decode": {}, "train": {}}
 idle.wait(args.allow_load)
 
-print("input pipeline (--decode-only, %d batches of %d per worker, %d workers)" %
-      (args.decode_steps, 128 // args.workers, args.workers))
-print("%-15s %14s %14s %16s %16s %7s" % ("dtrain loaders", "peer img/s", "dtrain img/s", "peer /loader",
-                                         "dtrain /loader", "ratio"))
+if not args.weights:
+    print("input pipeline (--decode-only, %d batches of %d per worker, %d workers)" %
+          (args.decode_steps, args.global_batch // args.workers, args.workers))
+    print("%-15s %14s %14s %16s %16s %7s" % ("dtrain loaders", "peer img/s", "dtrain img/s", "peer /loader",
+                                             "dtrain /loader", "ratio"))
 flags = common + ["--decode-only", "--max-steps", str(args.decode_steps)]
-for loaders in [int(x) for x in args.loader_threads.split(",")]:
+for loaders in [] if args.weights else [int(x) for x in args.loader_threads.split(",")]:
     peers, ours = [], []
     for _ in range(args.repeats):
         peers.append(peer(flags, 0))
@@ -98,22 +124,24 @@ for loaders in [int(x) for x in args.loader_threads.split(",")]:
                                       "ratio": b / a, "per_loader_ratio": pb / pa}
     print("%-15d %14.1f %14.1f %16.1f %16.1f %6.2fx" % (loaders, a, b, pa, pb, pb / pa))
 
-print("\ntraining (ResNet-18 width %d, %d steps of global batch 128, %d workers x 1 thread)" %
-      (args.width, args.train_steps, args.workers))
+print("\ntraining (ResNet-18 width %d%s, %d steps of global batch %d, %d workers x 1 thread)" %
+      (args.width, ", from " + args.weights if args.weights else "", args.train_steps, args.global_batch, args.workers))
 flags = common + ["--width", str(args.width), "--max-steps", str(args.train_steps)]
+flags += ["--weights", args.weights] if args.weights else []
 runs = {"peer": [], "dtrain fp32": [], "dtrain bf16": []}
 for _ in range(args.repeats):
     runs["peer"].append(peer(flags, 0))
     runs["dtrain fp32"].append(dtrain(flags, 1, "fp32"))
     runs["dtrain bf16"].append(dtrain(flags, 1, "bf16"))
-print("%-12s %12s %10s %10s %8s" % ("", "samples/s", "startup_s", "test_acc", "ratio"))
+print("%-12s %12s %10s %10s %12s %8s" % ("", "samples/s", "startup_s", "test_acc", "peak MiB", "ratio"))
 base = median(runs["peer"], "train_samples_per_s")
 for name, rs in runs.items():
     sps = median(rs, "train_samples_per_s")
     row = {"train_samples_per_s": sps, "startup_s": median(rs, "startup_s"), "test_accuracy": median(rs, "test_accuracy"),
-           "ratio": sps / base}
+           "peak_rss_sum_mb": median(rs, "peak_rss_sum_mb"), "ratio": sps / base}
     report["train"][name] = row
-    print("%-12s %12.1f %10.2f %10.4f %7.2fx" % (name, sps, row["startup_s"], row["test_accuracy"], row["ratio"]))
+    print("%-12s %12.1f %10.2f %10.4f %12.0f %7.2fx" % (name, sps, row["startup_s"], row["test_accuracy"],
+                                                      row["peak_rss_sum_mb"], row["ratio"]))
 report["load"] = idle.verdict(loads)
 print(json.dumps(report, sort_keys=True))
 idle.refuse(report["load"], args.allow_load)

@@ -2,22 +2,27 @@
 // Image-folder classification, the same work as ../shared/peers/image_peer.py: ROOT/train and
 // ROOT/test read as torchvision's ImageFolder reads them (data::ImageFolder: files decoded on the
 // loader threads as PIL decodes them), RandomHorizontalFlip(0.5) drawn from the pipeline's
-// checkpointed generator, ToTensor + Normalize, the ResNet-18 of resnet.hpp (small-image stem,
-// width w), SGD(lr 0.05, momentum 0.9, weight decay 5e-4) with a cosine schedule over the epochs,
+// checkpointed generator, ToTensor + Normalize, torchvision's ResNet-18 (dtrain::nn::ResNet,
+// nn/resnet.hpp) with the small-image stem (conv1 3x3 stride 1, no max-pool), --channels input
+// channels and layer1 --width channels wide (64 is torchvision's), SGD(lr 0.05, momentum 0.9,
+// weight decay 5e-4) with a cosine schedule over the epochs,
 // global batch 128 over the workers; the test folder evaluated on every worker; one JSON line with
 // the peer's keys. --decode-only times the input pipeline alone (decode_samples_per_s).
 //
 //   image_classifier --root DIR [--workers N] [--threads-per-worker N] [--loader-threads N]
 //       [--global-batch N] [--epochs N] [--max-steps N] [--width N] [--channels 1|3] [--mean X]
 //       [--std X] [--seed N] [--decode-only] [--precision fp32|bf16] [--storage-path DIR] [--name NAME]
-//       [--init STATE_DICT.pt [--init-non-strict]] [--strategy ddp|fsdp]
+//       [--weights FILE] [--strategy ddp|fsdp] [--predictions DIR]
 //
 // --strategy fsdp shards the model with strategy::fsdp<> (wrap::top_level: conv1, bn1, each
 // residual stage layer1..layer4 and fc are its units); model_state_bytes in the JSON line is what
 // rank 0 holds of parameters, gradients and optimizer state.
-// --init starts from weights saved by Python (torch.save(model.state_dict(), path), torchvision's
-// resnet18 names), loaded by name with dtrain::weights (strictly, or with --init-non-strict the
-// names in both, e.g. a pretrained network whose fc has another class count), then fine-tunes.
+// --weights starts from torchvision weights: the state_dict of torchvision.models.resnet18 with the
+// small-image stem (torch.save or .safetensors; examples/torchvision_resnet18.py makes one), loaded
+// by name with nn::load_pretrained: strictly, except that a file whose fc has another number of
+// classes, or none, leaves the new fc for the folder's classes (reported missing). Any other
+// missing or unexpected name or shape is an error naming the file and the keys; --width must be 64
+// and --channels the file's. Without --weights the network starts from torchvision's initialisation.
 // --loader-workers N is read as --loader-threads N (the peer's name for its DataLoader processes).
 // Each checkpoint carries what serving needs: the model's Config (ResNet describes itself), the
 // evaluation transforms (data::ImageTransforms) and the class names. After training, the best
@@ -32,11 +37,12 @@
 #include <dtrain/data/pipeline.hpp>
 #include <dtrain/dtrain.hpp>
 #include <dtrain/evaluation/validation.hpp>
+#include <dtrain/nn/resnet.hpp>
 #include <dtrain/schedule/warmup_cosine.hpp>
-#include <dtrain/weights.hpp>
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -44,8 +50,6 @@
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
-
-#include "resnet.hpp"
 
 namespace data = dtrain::data;
 
@@ -56,19 +60,19 @@ double now_s() {
 }
 
 struct Options {
-  std::string root, precision = "fp32", strategy = "ddp", storage = "image_runs", name = "image_classifier", init,
-      predictions;
+  std::string root, precision = "fp32", strategy = "ddp", storage = "image_runs", name = "image_classifier",
+      weights, predictions;
   int workers = 2, threads = 1, loader_threads = 2, channels = 1;
   std::int64_t global_batch = 128, epochs = 1, max_steps = 0, width = 16, seed = 0;
   float mean = 0.2860f, std = 0.3530f;
-  bool decode_only = false, init_strict = true;
+  bool decode_only = false;
 };
 
 constexpr const char* usage =
     "usage: image_classifier --root DIR [--workers N] [--threads-per-worker N] [--loader-threads N]\n"
     "                        [--global-batch N] [--epochs N] [--max-steps N] [--width N] [--channels 1|3]\n"
     "                        [--mean X] [--std X] [--seed N] [--decode-only] [--precision fp32|bf16]\n"
-    "                        [--storage-path DIR] [--name NAME] [--init STATE_DICT.pt [--init-non-strict]]\n"
+    "                        [--storage-path DIR] [--name NAME] [--weights FILE]\n"
     "                        [--strategy ddp|fsdp] [--predictions DIR]\n";
 
 [[noreturn]] void usage_error(const std::string& why) {
@@ -86,10 +90,6 @@ Options parse(int argc, char** argv) {
     }
     if (flag == "--decode-only") {
       o.decode_only = true;
-      continue;
-    }
-    if (flag == "--init-non-strict") {
-      o.init_strict = false;
       continue;
     }
     if (flag.rfind("--", 0) != 0) usage_error("unexpected argument '" + flag + "'");
@@ -132,7 +132,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "--precision") o.precision = value;
     else if (flag == "--storage-path") o.storage = value;
     else if (flag == "--name") o.name = value;
-    else if (flag == "--init") o.init = value;
+    else if (flag == "--weights") o.weights = value;
     else if (flag == "--strategy") o.strategy = value;
     else if (flag == "--predictions") o.predictions = value;
     else usage_error("unknown flag " + flag);
@@ -145,6 +145,8 @@ Options parse(int argc, char** argv) {
   if (o.global_batch % o.workers)
     usage_error("--global-batch " + std::to_string(o.global_batch) + " must be divisible by --workers " +
                 std::to_string(o.workers));
+  if (!o.weights.empty() && !std::filesystem::is_regular_file(o.weights))
+    usage_error("--weights " + o.weights + ": no such file (examples/torchvision_resnet18.py makes one)");
   if (o.decode_only && o.max_steps == 0) o.max_steps = 100;  // the peer's default
   return o;
 }
@@ -174,7 +176,7 @@ nlohmann::json run(const Options& o, double started) {
   if (test.source().classes() != train.source().classes())
     throw dtrain::DataError(o.root + "/test has other class directories than " + o.root + "/train");
 
-  using Trainer = dtrain::Trainer<resnet::ResNet, TrainSplit, dtrain::checkpointer::directory<>, Precision, Strategy>;
+  using Trainer = dtrain::Trainer<dtrain::nn::ResNet, TrainSplit, dtrain::checkpointer::directory<>, Precision, Strategy>;
   dtrain::RunConfig run{.storage_path = o.storage, .name = o.name};
   run.checkpoint = {.num_to_keep = 1};
   run.start = dtrain::Start::fresh;
@@ -195,9 +197,25 @@ nlohmann::json run(const Options& o, double started) {
       return;
     }
     torch::manual_seed(static_cast<std::uint64_t>(o.seed));
-    resnet::ResNet net(resnet::Options{.width = o.width, .num_classes = classes, .in_channels = o.channels});
-    dtrain::weights::LoadReport init;
-    if (!o.init.empty()) init = dtrain::weights::load_python_state_dict(*net, o.init, {.strict = o.init_strict});
+    auto config = dtrain::nn::ResNetConfig::basic({2, 2, 2, 2}, classes);  // resnet18
+    config.stem = "small";
+    config.in_channels = o.channels;
+    config.width = o.width;
+    dtrain::nn::ResNet net(config);
+    dtrain::weights::LoadReport loaded;
+    if (!o.weights.empty()) {
+      try {
+        loaded = dtrain::nn::load_pretrained(net, o.weights);
+      } catch (const std::exception& e) {
+        throw dtrain::ConfigError(std::string("--weights: ") + e.what() +
+                                  " (it takes torchvision's resnet18 with the small-image stem, as "
+                                  "examples/torchvision_resnet18.py makes it, with --width 64 and the file's --channels)");
+      }
+      std::string fresh;  // fc, when the file's head has other classes or there is none
+      for (const auto& key : loaded.missing) fresh += (fresh.empty() ? "; not in the file, initialised: " : ", ") + key;
+      if (ctx.world_rank() == 0)
+        std::cerr << "image_classifier: " << loaded.loaded << " tensors loaded from " << o.weights << fresh << "\n";
+    }
     auto model = ctx.prepare_model(net);
     torch::optim::SGD opt(ctx.parameters(model), torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(5e-4));
     // CosineAnnealingLR(T_max = epochs), stepped once per epoch.
@@ -235,9 +253,8 @@ nlohmann::json run(const Options& o, double started) {
       ctx.report({{"epoch", epoch}, {"steps", ctx.steps()}, {"test_loss", v.loss}, {"test_accuracy", v.accuracy},
                   {"final_train_loss", last_loss}, {"train_samples", total}, {"train_loop_s", loop_s},
                   {"train_samples_per_s", total / loop_s}, {"startup_s", first_step - started},
-                  {"init_loaded", static_cast<std::int64_t>(init.loaded)},
-                  {"init_missing", static_cast<std::int64_t>(init.missing.size())},
-                  {"init_unexpected", static_cast<std::int64_t>(init.unexpected.size())},
+                  {"weights_loaded", static_cast<std::int64_t>(loaded.loaded)},
+                  {"weights_missing", static_cast<std::int64_t>(loaded.missing.size())},
                   {"model_state_bytes", ctx.model_state_bytes(model, opt)}},
                  ctx.checkpoint(model, opt)
                      .with_object("pipeline", train.random_state())
@@ -265,24 +282,23 @@ nlohmann::json run(const Options& o, double started) {
                {"test_loss", m.at("test_loss").number()}, {"test_accuracy", m.at("test_accuracy").number()},
                {"classes", static_cast<std::int64_t>(train.source().classes().size())},
                {"train_images", train.size()}, {"test_images", test.size()}});
-  if (!o.init.empty())
-    line.update({{"init", o.init}, {"init_loaded", static_cast<std::int64_t>(m.at("init_loaded").number())},
-                 {"init_missing", static_cast<std::int64_t>(m.at("init_missing").number())},
-                 {"init_unexpected", static_cast<std::int64_t>(m.at("init_unexpected").number())}});
+  if (!o.weights.empty())
+    line.update({{"weights", o.weights}, {"weights_loaded", static_cast<std::int64_t>(m.at("weights_loaded").number())},
+                 {"weights_missing", static_cast<std::int64_t>(m.at("weights_missing").number())}});
   if (!result.best_checkpoint()) return line;
   const auto best = result.best_checkpoint()->path();
   line["checkpoint"] = best.string();
   // Serving from the checkpoint alone: the model, its transforms and class names are in it.
   std::vector<std::string> files;
   for (std::int64_t i = 0; i < test.size(); ++i) files.push_back(test.source().path(i));
-  auto predictor = dtrain::evaluation::Predictor<resnet::ResNet>::from_checkpoint(best, dtrain::evaluation::ImageInputs{});
+  auto predictor = dtrain::evaluation::Predictor<dtrain::nn::ResNet>::from_checkpoint(best, dtrain::evaluation::ImageInputs{});
   const auto served = predictor.predict(std::vector<std::string>(files.begin(), files.begin() + std::min<std::int64_t>(3, test.size())));
   for (std::int64_t i = 0; i < served.size(); ++i)
     std::cerr << "serve " << files[static_cast<std::size_t>(i)] << ": " << served[i].label << " (p="
               << served[i].probabilities[static_cast<std::size_t>(served[i].class_index)] << ")\n";
   if (!o.predictions.empty()) {  // every test file, by batch inference on 2 workers
     dtrain::RunConfig scoring{.storage_path = o.storage, .name = o.name + "_predictions"};
-    const auto out = dtrain::evaluation::batch_predict<resnet::ResNet>(
+    const auto out = dtrain::evaluation::batch_predict<dtrain::nn::ResNet>(
         best, files, dtrain::evaluation::ImageInputs{}, {.output = o.predictions, .start = dtrain::Start::fresh},
         {.num_workers = 2}, scoring);
     line["predictions"] = out.file.string();

@@ -1,20 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
-// resnet.hpp's SyncBatchNorm, checked on real workers: each of 2 workers trains-mode forwards its
-// 32 of 64 images through a ResNet-18 whose BatchNorms reduce their statistics over the workers,
+// nn::ResNet's SyncBatchNorm (nn/batchnorm.hpp), checked on real workers: each of 2 workers
+// trains-mode forwards its 32 of 64 images through a ResNet-18 (small-image stem, layer1 --width
+// channels wide) whose BatchNorms reduce their statistics over the workers,
 // and compares with one model that forwards all 64 alone: the outputs, every running statistic
 // and the input gradients agree. Ends with one JSON line (the largest differences over the ranks).
 //
 //   resnet_syncbn [--workers N] [--width N]
 
 #include <dtrain/dtrain.hpp>
+#include <dtrain/nn/resnet.hpp>
 
 #include <cstdio>
 #include <iostream>
 #include <string>
 
 #include <torch/torch.h>
-
-#include "resnet.hpp"
 
 namespace {
 
@@ -36,7 +36,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  using Trainer = dtrain::Trainer<resnet::ResNet, dtrain::data::TensorDataset, dtrain::checkpointer::none>;
+  using Trainer = dtrain::Trainer<dtrain::nn::ResNet, dtrain::data::TensorDataset, dtrain::checkpointer::none>;
+  auto config = dtrain::nn::ResNetConfig::basic({2, 2, 2, 2}, 10);  // resnet18 for 16x16 images
+  config.stem = "small";
+  config.width = width;
   Trainer trainer({.num_workers = workers}, {.storage_path = "runs", .name = "resnet_syncbn"});
   const std::int64_t global = 64;
   auto result = trainer.fit([&](Trainer::context& ctx) {
@@ -44,9 +47,9 @@ int main(int argc, char** argv) {
     const auto w = torch::randn({global, 10}, at::detail::createCPUGenerator(2));
     const std::int64_t per = global / ctx.world_size(), first = per * ctx.world_rank();
     torch::manual_seed(0);
-    resnet::ResNet synced(resnet::Options{.width = width});
+    dtrain::nn::ResNet synced(config);
     torch::manual_seed(0);
-    resnet::ResNet alone(resnet::Options{.width = width});
+    dtrain::nn::ResNet alone(config);
     synced->sync_batchnorm([&](torch::Tensor& t) { ctx.all_reduce(t); });
     synced->train(), alone->train();
 

@@ -2,7 +2,9 @@
 """The Python side of dtrain's ResNet tests (tests/unit/resnet_test.cpp), run with the environment of
 scripts/python-env (torch, torchvision, safetensors). Nothing is downloaded: the weights are random.
 
-    resnet_reference.py make DIR            for each ARCH of resnet18, resnet34, resnet50:
+    resnet_reference.py make DIR            for each ARCH of resnet18, resnet34, resnet50 and
+                                            resnet18_small (resnet18 with the small-image stem:
+                                            conv1 3x3 stride 1, maxpool an nn.Identity()):
                                             torchvision.models.ARCH(num_classes=CLASSES[ARCH]) with
                                             seeded weights, BatchNorm affine parameters drawn at random
                                             (not the initialiser's 1 and 0) and running statistics
@@ -43,12 +45,18 @@ import torchvision
 from safetensors.torch import load_file, save_file
 
 TOLERANCE = 1e-5
-CLASSES = {"resnet18": 1000, "resnet34": 10, "resnet50": 7}
+CLASSES = {"resnet18": 1000, "resnet34": 10, "resnet50": 7, "resnet18_small": 10}
 IMAGES = (2, 3, 64, 48)
 
 
 def build(arch, num_classes=None):
-    return getattr(torchvision.models, arch)(weights=None, num_classes=num_classes or CLASSES[arch])
+    """torchvision.models.ARCH; ARCH_small: with the small-image stem, as torchvision users make it."""
+    small = arch.endswith("_small")
+    model = getattr(torchvision.models, arch.removesuffix("_small"))(weights=None, num_classes=num_classes or CLASSES[arch])
+    if small:
+        model.conv1 = torch.nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
+        model.maxpool = torch.nn.Identity()
+    return model
 
 
 def make(d):

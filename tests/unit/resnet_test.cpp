@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // nn/resnet.hpp: ResNetConfig (JSON, refusals), parameter and buffer names that are torchvision's,
 // strict loads that fail when the depth or the classes differ; and, through the Python environment
-// of scripts/python-env (tests/unit/resnet_reference.py), torchvision's resnet18, resnet34 and
-// resnet50 state_dicts (torch.save and safetensors) loading strictly and computing what torchvision
+// of scripts/python-env (tests/unit/resnet_reference.py), torchvision's resnet18, resnet34, resnet50
+// and resnet18 with the small-image stem (conv1 3x3 stride 1, maxpool an nn.Identity(), as the image
+// workload uses it) state_dicts (torch.save and safetensors) loading strictly and computing what torchvision
 // computes in eval and train mode (running statistics included), and dtrain's model.pt and
 // safetensors loading strictly back into torchvision with equal outputs.
 
@@ -79,6 +80,11 @@ std::map<std::string, std::vector<std::int64_t>> shapes_of(torch::nn::Module& m)
 
 nn::ResNet build(const std::string& arch, std::int64_t classes) {
   if (arch == "resnet18") return nn::resnet18(classes);
+  if (arch == "resnet18_small") {  // resnet_reference.py's: conv1 3x3 stride 1, no max-pool
+    auto c = nn::ResNetConfig::basic({2, 2, 2, 2}, classes);
+    c.stem = "small";
+    return nn::ResNet(c);
+  }
   if (arch == "resnet34") return nn::resnet34(classes);
   if (arch == "resnet50") return nn::resnet50(classes);
   if (arch == "resnet101") return nn::resnet101(classes);
@@ -90,7 +96,9 @@ nn::ResNet build(const std::string& arch, std::int64_t classes) {
 }
 
 /// The classes resnet_reference.py gives each architecture (CLASSES there).
-std::int64_t classes_of(const std::string& arch) { return arch == "resnet18" ? 1000 : arch == "resnet34" ? 10 : 7; }
+std::int64_t classes_of(const std::string& arch) {
+  return arch == "resnet18" ? 1000 : arch == "resnet34" || arch == "resnet18_small" ? 10 : 7;
+}
 
 double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
   REQUIRE(a.sizes() == b.sizes());
@@ -131,7 +139,8 @@ TEST_CASE("resnet_config_round_trips_and_refuses_what_torchvision_refuses", "[nn
   CHECK(nlohmann::json(nn::resnet50(3)->config) ==
         nlohmann::json::parse(R"({"block": "bottleneck", "layers": [3, 4, 6, 3], "num_classes": 3,
                                   "zero_init_residual": false, "groups": 1, "width_per_group": 64,
-                                  "replace_stride_with_dilation": [false, false, false]})"));
+                                  "replace_stride_with_dilation": [false, false, false], "stem": "imagenet",
+                                  "in_channels": 3, "width": 64})"));
   const auto refused = [](const char* json) {
     return error_of([&] { nlohmann::json::parse(json).get<nn::ResNetConfig>(); });
   };
@@ -143,8 +152,32 @@ TEST_CASE("resnet_config_round_trips_and_refuses_what_torchvision_refuses", "[nn
   CHECK_THAT(refused(R"({"layers": [2, 2, 2]})"), Catch::Contains("4 stages, got 3"));
   CHECK_THAT(refused(R"({"num_classes": "ten"})"), Catch::Contains("nn::ResNetConfig"));
   CHECK_THAT(refused("[]"), Catch::Contains("JSON object"));
+  CHECK_THAT(refused(R"({"num_classes": "ten"})"), Catch::Contains("\"num_classes\" is \"ten\""));
+  CHECK_THAT(refused(R"({"stem": "cifar"})"), Catch::Contains("stem must be \"imagenet\" or \"small\", got \"cifar\""));
+  CHECK_THAT(refused(R"({"stem": 3})"), Catch::Contains("\"stem\" is 3"));
+  CHECK_THAT(refused(R"({"in_channels": 0})"), Catch::Contains("in_channels must be positive"));
+  CHECK_THAT(refused(R"({"width": -8})"), Catch::Contains("width must be positive"));
   CHECK_THAT(error_of([] { nn::ResNet(nn::ResNetConfig::basic({2, 0, 2, 2}, 10)); }), Catch::Contains("at least one block"));
   CHECK_THAT(error_of([] { nn::resnet18(4)(torch::zeros({1, 1, 32, 32})); }), Catch::Contains("[batch, 3, height, width]"));
+
+  // The small-image stem (conv1 3x3 stride 1, no max-pool), grey images and a width: the names stay
+  // torchvision's, every stage scales with the width, and 28x28 images keep their resolution in layer1.
+  auto small = nn::ResNetConfig::basic({2, 2, 2, 2}, 10);
+  small.stem = "small";
+  small.in_channels = 1;
+  small.width = 16;
+  CHECK(nlohmann::json(small).get<nn::ResNetConfig>() == small);
+  nn::ResNet grey(small);
+  const auto shapes = shapes_of(*grey);
+  CHECK(shapes.size() == 122);
+  CHECK(shapes.at("conv1.weight") == std::vector<std::int64_t>{16, 1, 3, 3});
+  CHECK(shapes.at("layer2.0.downsample.0.weight") == std::vector<std::int64_t>{32, 16, 1, 1});
+  CHECK(shapes.at("layer4.1.conv2.weight") == std::vector<std::int64_t>{128, 128, 3, 3});
+  CHECK(shapes.at("fc.weight") == std::vector<std::int64_t>{10, 128});
+  CHECK(grey->layer1->forward(at::relu(grey->bn1(grey->conv1(torch::randn({2, 1, 28, 28}))))).sizes() ==
+        std::vector<std::int64_t>{2, 16, 28, 28});
+  CHECK(grey(torch::randn({2, 1, 28, 28})).sizes() == std::vector<std::int64_t>{2, 10});
+  CHECK_THAT(error_of([&] { grey(torch::zeros({1, 3, 28, 28})); }), Catch::Contains("[batch, 1, height, width] (in_channels)"));
 
   // zero_init_residual: every block's last BatchNorm starts at weight 0 (and only those).
   auto z = nn::ResNetConfig::basic({2, 2, 2, 2}, 10);
@@ -251,6 +284,22 @@ TEST_CASE("resnet_load_pretrained_keeps_a_new_head_and_is_strict_about_the_rest"
                        imagenet->layer4[1]->as<nn::BasicBlockImpl>()->conv2->weight));
     CHECK(torch::equal(tuned->bn1->running_var, imagenet->bn1->running_var));
   }
+  // A backbone (no fc in the file, as a user saves one without its classifier): the same.
+  State headless;
+  for (auto& [k, v] : state_of(*imagenet))
+    if (!k.starts_with("fc.")) headless.emplace_back(k, v);
+  weights::save_safetensors(dir / "backbone.safetensors", headless);
+  auto backbone = nn::resnet18(3);
+  const auto from_backbone = nn::load_pretrained(backbone, dir / "backbone.safetensors");
+  CHECK(from_backbone.loaded == 120);
+  CHECK(from_backbone.missing == std::vector<std::string>{"fc.weight", "fc.bias"});
+  CHECK(torch::equal(backbone->layer4[1]->as<nn::BasicBlockImpl>()->conv2->weight,
+                     imagenet->layer4[1]->as<nn::BasicBlockImpl>()->conv2->weight));
+  // An ImageNet stem's weights into a small stem: refused, naming conv1.weight and both shapes.
+  auto small = nn::ResNetConfig::basic({2, 2, 2, 2}, 3);
+  small.stem = "small";
+  CHECK_THAT(error_of([&] { nn::load_pretrained(*nn::ResNet(small), dir / "resnet18.safetensors"); }),
+             Catch::Contains("\"conv1.weight\" has shape [64, 3, 7, 7]") && Catch::Contains("[64, 3, 3, 3]"));
   // The same classes: everything loads, the head too.
   auto same = nn::resnet18();
   CHECK(nn::load_pretrained(same, dir / "resnet18.safetensors").complete());
@@ -287,7 +336,7 @@ TEST_CASE("resnet_loads_torchvision_weights_and_matches_its_outputs", "[nn][pyth
   Dir dir;
   make_reference(dir);
   const auto images = read_all(dir / "inputs.safetensors").at("images");
-  for (const std::string arch : {"resnet18", "resnet34", "resnet50"}) {
+  for (const std::string arch : {"resnet18", "resnet34", "resnet50", "resnet18_small"}) {
     INFO(arch);
     const auto expected = read_all(dir / (arch + "_reference.safetensors"));
     // torch.save's pickle and safetensors, strictly: the same tensors.
@@ -341,7 +390,7 @@ TEST_CASE("resnet_saved_weights_load_strictly_in_torchvision", "[nn][python]") {
   Dir dir;
   make_reference(dir);
   const auto images = read_all(dir / "inputs.safetensors").at("images");
-  for (const std::string arch : {"resnet18", "resnet34", "resnet50"}) {
+  for (const std::string arch : {"resnet18", "resnet34", "resnet50", "resnet18_small"}) {
     INFO(arch);
     auto model = build(arch, classes_of(arch));
     weights::load(*model, dir / (arch + ".safetensors"));
