@@ -108,7 +108,9 @@ ResultGrid Tuner<TrainerT, Sched, Search>::drive() {
       }
       summarise();
       if (say) {
-        const auto t = std::find_if(so_far.begin(), so_far.end(), [&](const TrialResult& r) { return r.path() == dir; });
+        // Named through an init-capture: Clang before 16 cannot capture a structured binding.
+        const auto t = std::find_if(so_far.begin(), so_far.end(),
+                                    [&ended_dir = dir](const TrialResult& r) { return r.path() == ended_dir; });
         if (t != so_far.end()) {
           const double v = t->score(config_.metric, *config_.mode);
           std::fprintf(stderr, "dtrain tune: %s %s%s: %s %s%s\n", t->id.c_str(), t->status.c_str(),
