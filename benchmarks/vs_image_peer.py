@@ -30,11 +30,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 
 import idle
-from process_tree import Memory
+import process_tree
 
 here = os.path.dirname(os.path.abspath(__file__))
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -72,18 +71,8 @@ loads = []
 
 
 def run(cmd):
-    with idle.Run() as load:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        memory = Memory(proc.pid)
-        memory.start()
-        out, err = proc.communicate()
-        memory.done.set()
-        memory.join()
-    if proc.returncode != 0:
-        sys.exit("failed: %s\n%s%s" % (" ".join(cmd), out, err[-4000:]))
-    loads.append(load.record)
-    result = json.loads(out.strip().splitlines()[-1])
-    result["peak_rss_sum_mb"] = memory.peak_sum / 2**20
+    result = process_tree.measured(cmd, env, "vs_image_peer")
+    loads.append(result["load"])
     return result
 
 

@@ -23,12 +23,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import time
 
 import idle
-from process_tree import Memory
+import process_tree
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.normpath(os.path.join(here, ".."))
@@ -65,23 +63,8 @@ env.pop("FINETUNE_TEXT_CLASSIFIER_START", None)  # the example's start time is i
 
 
 def run(cmd):
-    with idle.Run() as load:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        memory = Memory(proc.pid)
-        memory.start()
-        out, err = proc.communicate()
-        memory.done.set()
-        memory.join()
-    if proc.returncode != 0:
-        sys.exit("vs_minilm_peer: failed: %s\n%s%s" % (" ".join(cmd), out, err[-4000:]))
-    lines = [l for l in out.strip().splitlines() if l.startswith("{")]
-    if not lines:
-        sys.exit("vs_minilm_peer: no JSON line from %s\n%s" % (" ".join(cmd), out))
-    result = json.loads(lines[-1])
-    result["peak_rss_sum_mb"] = memory.peak_sum / 2**20
-    result["max_process_hwm_mb"] = max(memory.hwm.values(), default=0) / 2**20
-    result["load"] = load.record
-    loads.append(load.record)
+    result = process_tree.measured(cmd, env, "vs_minilm_peer")
+    loads.append(result["load"])
     return result
 
 

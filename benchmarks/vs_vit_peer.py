@@ -31,7 +31,7 @@ import sys
 import tempfile
 
 import idle
-from process_tree import Memory
+import process_tree
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.normpath(os.path.join(here, ".."))
@@ -82,24 +82,9 @@ if not args.model_dir:
 
 
 def run(cmd):
-    with idle.Run() as load:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        memory = Memory(proc.pid)
-        memory.start()
-        out, err = proc.communicate()
-        memory.done.set()
-        memory.join()
-    if proc.returncode != 0:
-        sys.exit("vs_vit_peer: failed: %s\n%s%s" % (" ".join(cmd), out, err[-4000:]))
-    lines = [l for l in out.strip().splitlines() if l.startswith("{")]
-    if not lines:
-        sys.exit("vs_vit_peer: no JSON line from %s\n%s" % (" ".join(cmd), out))
-    result = json.loads(lines[-1])
+    result = process_tree.measured(cmd, env, "vs_vit_peer")
     result.pop("probe_logits", None)
-    result["peak_rss_sum_mb"] = memory.peak_sum / 2**20
-    result["max_process_hwm_mb"] = max(memory.hwm.values(), default=0) / 2**20
-    result["load"] = load.record
-    loads.append(load.record)
+    loads.append(result["load"])
     return result
 
 
