@@ -28,7 +28,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tool_checks import (check, render, csv_series, finish, flatten, free_port, jsonl_series, not_blank, require_venv, rows_jsonl, run,
-                         start, wait_for_reports)
+                         start, unix_ms, wait_for_reports)
 
 os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # MLflow 3 opts in to the file store (docs/run-directory.md)
 require_venv("mlflow", "PIL")
@@ -75,7 +75,7 @@ if live is not None:
     check(live.info.status == "RUNNING", "stopped: RUNNING while it trains (%s)" % live.info.status)
     check(live.info.end_time is None, "stopped: no end time while it trains")
     seen = history_of(client, live.info.run_id, "loss")
-    reported = [(r["step"], round(r["timestamp"] * 1000), r["loss"]) for r in
+    reported = [(r["step"], unix_ms(r["timestamp"]), r["loss"]) for r in
                 rows_jsonl(os.path.join(storage, "stopped", "metrics.jsonl"))]
     check(len(seen) >= 3 and seen == reported[:len(seen)],
           "stopped: the loss history MlflowClient reads while it trains is metrics.jsonl's (%d points)" % len(seen))
@@ -106,8 +106,10 @@ for name, status in expected_status.items():
           "%s: the experiment is model training (mlflow.experimentKind), not GenAI" % name)
     check(r.info.status == status, "%s: status %s (%s)" % (name, status, r.info.status))
     check(r.info.run_name == name and r.data.tags.get("mlflow.runName") == name, "%s: the run's name" % name)
-    check(r.info.start_time == round(outcome["start_time"] * 1000) and
-          r.info.end_time == round(outcome["end_time"] * 1000), "%s: start and end times are outcome.json's" % name)
+    times = (r.info.start_time, r.info.end_time)
+    want_times = (unix_ms(outcome["start_time"]), unix_ms(outcome["end_time"]))
+    check(times == want_times, "%s: start and end times are outcome.json's%s" % (
+        name, "" if times == want_times else ": %s vs %s" % (times, want_times)))
     check(r.info.lifecycle_stage == "active", "%s: lifecycle active" % name)
     check(r.data.tags.get("dtrain.outcome") == outcome["status"] and r.data.tags.get("mlflow.source.type") == "LOCAL"
           and r.data.tags.get("mlflow.source.name", "").endswith("tool_scenarios") and r.data.tags.get("mlflow.user"),
@@ -128,7 +130,7 @@ for name, status in expected_status.items():
     check("val_loss" in r.data.metrics, "%s: 'val:loss' is 'val_loss' in MLflow" % name)
     for k, points in series.items():
         got = history_of(client, run_id, mlflow_key(k))
-        want_points = [(s, round(t * 1000), v) for s, t, v in points]
+        want_points = [(s, unix_ms(t), v) for s, t, v in points]
         check(got == want_points, "%s: %s's history (%d points) is metrics.jsonl's, step, time and value%s" % (
             name, k, len(want_points), "" if got == want_points else ": %s vs %s" % (got[:3], want_points[:3])))
         check(r.data.metrics.get(mlflow_key(k)) == points[-1][2], "%s: %s's latest value" % (name, k))

@@ -27,7 +27,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tool_checks import (check, render, csv_series, finish, flatten, free_port, not_blank, require_venv, rows_jsonl, run,
-                         start, wait_for_reports)
+                         start, unix_ms, wait_for_reports)
 
 require_venv("tensorboard", "PIL")
 import tensorboard  # noqa: E402
@@ -72,7 +72,7 @@ run_dir = os.path.join(storage, "finished")
 logdir = os.path.join(run_dir, "tensorboard")
 files = sorted(os.listdir(logdir)) if os.path.isdir(logdir) else []
 outcome = json.load(open(os.path.join(run_dir, "outcome.json")))
-start_ms = round(outcome["start_time"] * 1000)
+start_ms = unix_ms(outcome["start_time"])
 check(len(files) == 1 and re.fullmatch(r"events\.out\.tfevents\.%d\..+\.%03d" % (start_ms // 1000, start_ms % 1000),
                                        files[0]) is not None,
       "one event file, events.out.tfevents.<start s>.<host>.<ms>: %s" % files)

@@ -11,7 +11,7 @@ import time
 
 # The counted checks and the Chromium render are the tracking tests' (tests/tracking/page_checks.py).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tracking"))
-from page_checks import check, finish, render  # noqa: E402,F401
+from page_checks import check, finish, render, unix_ms  # noqa: E402,F401
 
 
 def require_venv(*modules):

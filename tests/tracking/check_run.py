@@ -20,7 +20,7 @@ import sys
 
 import yaml
 
-from page_checks import check, finish, render
+from page_checks import check, finish, render, unix_ms
 
 
 def load(path):
@@ -185,7 +185,7 @@ for key in metric_files:
 h = history("train_loss")
 check([s for _, _, s in h] == list(range(every, steps + 1, every)), "train_loss history by step")
 check([v for _, v, _ in h] == [r["train_loss"] for r in rows[:-1]], "train_loss values equal metrics.jsonl's")
-check([t for t, _, _ in h] == [round(r["timestamp"] * 1000) for r in rows[:-1]], "timestamps in ms")
+check([t for t, _, _ in h] == [unix_ms(r["timestamp"]) for r in rows[:-1]], "timestamps in ms")
 ta = history("test_accuracy")
 check(len(ta) == 1 and ta[0][1] == rows[-1]["test_accuracy"] and ta[0][2] == steps, "test_accuracy at its step")
 check(history("best_checkpoint_test/f1_macro")[0][1] == ev["metrics"]["f1_macro"], "the evaluation's metrics are MLflow metrics")
