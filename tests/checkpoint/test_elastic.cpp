@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Elastic groups and launched runs: the checkpoint scenarios program under dtrain's driver with a
-// worker that cannot be brought back, and under torchrun-style variables and Debian's torchrun.
+// worker that cannot be brought back, and under torchrun-style variables and a real torchrun.
 
 #include "../dtrain_catch.hpp"
 #include "../run_command.hpp"
@@ -168,9 +168,10 @@ TEST_CASE("fresh_start_under_a_launcher: rank 0 moves the earlier run aside befo
 
 TEST_CASE("launched_rank_0_killed: the restarted group's rank 0 records the attempt whose rank 0 died") {
   Box box;
-  // Debian's torchrun on loopback, 2 workers, one restart; rank 0 kills itself after step 7 in the
-  // first group (the checkpoint at step 5 complete), so nobody writes that group's end.
-  const std::string torchrun = std::string(PYTHON3) +
+  // torchrun (of the torch that is this build's LibTorch: DTRAIN_TORCH_PYTHON) on loopback, 2
+  // workers, one restart; rank 0 kills itself after step 7 in the first group (the checkpoint at
+  // step 5 complete), so nobody writes that group's end.
+  const std::string torchrun = std::string(TORCH_PYTHON) +
                                " -m torch.distributed.run --standalone --nnodes 1 --nproc_per_node 2 --max_restarts 1 "
                                "--monitor_interval 0.2 --redirects 2 --tee 2 --no_python ";
   auto [status, out] = box.shell(torchrun + box.bin("--name k0 --steps 12 --every 5 --kill-rank 0 --kill-step 7 "

@@ -15,11 +15,16 @@
 # slurm: Debian's slurm-wlm, a slurmctld on host 0 and a slurmd on each host (tests/multihost/slurm-node),
 # no munge (auth/none), and `srun --nodes 2 --ntasks-per-node 2` from host 0.
 #
+# torchrun is that of $DTRAIN_TORCH_PYTHON (default Debian's /usr/bin/python3, torch 1.13): the
+# Python whose torch is the LibTorch the example was built against, since the workers talk to the
+# agent's store (LibTorch 2.x's TCPStore client and 1.13's server do not understand each other).
+#
 # Exits 77 (skipped) when network namespaces cannot be made, 1 with the reason on a failure.
 set -euo pipefail
 launcher=$1 bin=$(realpath "$2") work=$3
 self=$(realpath "$0")
 root=$(cd "$(dirname "$self")/../.." && pwd)
+torch_python=${DTRAIN_TORCH_PYTHON:-/usr/bin/python3}
 steps=${DTRAIN_MULTIHOST_STEPS:-12}
 args=(--model mlp --global-batch 64 --max-steps "$steps" --seed 5 --quiet --keep-checkpoints 1 --record-every 2)
 if [[ ${DTRAIN_IN_HOSTS:-} == 1 ]]; then
@@ -28,7 +33,7 @@ if [[ ${DTRAIN_IN_HOSTS:-} == 1 ]]; then
     torchrun)
       # One agent per host; host 0 hosts the c10d rendezvous at its address.
       for i in 0 1; do
-        "$root/scripts/netns-hosts" on "$i" -- /usr/bin/python3 -m torch.distributed.run \
+        "$root/scripts/netns-hosts" on "$i" -- "$torch_python" -m torch.distributed.run \
           --nnodes 2 --nproc_per_node 2 --rdzv_backend c10d --rdzv_endpoint "$DTRAIN_HOST_0:29400" \
           --rdzv_id dtrain-test --redirects 2 --tee 2 --max_restarts 0 --no_python \
           "$bin" "${args[@]}" --workers 4 --storage-path "$work/launched" --name ref >"$work/host$i.log" 2>&1 &
@@ -40,7 +45,7 @@ if [[ ${DTRAIN_IN_HOSTS:-} == 1 ]]; then
       ;;
     torchrun_static)
       for i in 0 1; do
-        "$root/scripts/netns-hosts" on "$i" -- /usr/bin/python3 -m torch.distributed.run \
+        "$root/scripts/netns-hosts" on "$i" -- "$torch_python" -m torch.distributed.run \
           --nnodes 2 --nproc_per_node 2 --node_rank "$i" --master_addr "$DTRAIN_HOST_0" --master_port 29401 \
           --redirects 2 --tee 2 --max_restarts 0 --no_python \
           "$bin" "${args[@]}" --workers 4 --storage-path "$work/launched" --name ref >"$work/host$i.log" 2>&1 &

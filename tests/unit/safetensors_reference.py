@@ -63,7 +63,7 @@ def write_dtypes(d):
     save_file(tensors, os.path.join(d, "dtypes.safetensors"), metadata=metadata)
     with open(os.path.join(d, "dtypes.txt"), "w") as f:
         f.write(describe(tensors, metadata))
-    # Dtypes LibTorch 1.13 has no type for: dtrain names file, tensor and dtype.
+    # Dtypes dtrain does not read yet (LibTorch 1.13 has no type for them): dtrain names file, tensor and dtype.
     save_file({"ok": torch.ones(2), "u16": torch.arange(4).to(torch.uint16)},
               os.path.join(d, "uint16.safetensors"))
     save_file({"f8": torch.ones(4).to(torch.float8_e4m3fn)}, os.path.join(d, "float8.safetensors"))
