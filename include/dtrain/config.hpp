@@ -91,8 +91,8 @@ struct FailureConfig {
   /// loop sees ctx.should_stop(), a checkpoint being written completes) before SIGKILL. A second
   /// signal kills them at once.
   std::chrono::milliseconds stop_grace = std::chrono::seconds(30);
-  /// How often ctx.should_stop() may read the store for the driver's stop request (a worker's own
-  /// SIGINT or SIGTERM is seen at once, without a read).
+  /// About how often rank 0 checks for a stop request (its own signal, the group's stop key) at a
+  /// step every rank knows; the others read its answer at that step (see ctx.should_stop()).
   std::chrono::milliseconds stop_poll = std::chrono::milliseconds(100);
   /// The pause before the first restart; it doubles with each consecutive failure that made no
   /// progress (no newer checkpoint), up to restart_backoff_max.

@@ -76,7 +76,7 @@ class Context {
   /// torchrun, Slurm or Kubernetes): true on every rank from the same optimizer step on, when
   /// ctx.shard() of the Trainer's Sampler ends and ctx.epochs() begins no more epochs, so a loop
   /// need not ask. Ask where a stopped loop should do less (skip a final evaluation), or in a
-  /// loop built on neither. Costs a store read at most every FailureConfig::stop_poll.
+  /// loop built on neither. Costs a store read about every FailureConfig::stop_poll.
   bool should_stop() { return stopping(); }
   /// Ends the run early where `rule` says: at each report() rank 0 asks `rule(row)` (the row as
   /// recorded: the loop's metrics with iteration, epoch, step, timestamp, time_this_iter_s and

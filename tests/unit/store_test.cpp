@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // dtrain's rendezvous store (launch/store.hpp, store_server.hpp, store_wire.hpp, detail/sha256.hpp):
 // SHA-256 and HMAC against the published vectors, the c10d::Store semantics callers rely on, the
-// address it listens on, the run secret, hostile clients, and ProcessGroupGloo over it.
+// address it listens on, the run secret, hostile clients, and ProcessGroupGloo over it; and the
+// agreement on a stop request that rides on it (launch/stop.hpp).
 
 #include "../dtrain_catch.hpp"
 
@@ -11,11 +12,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <barrier>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -26,6 +30,7 @@
 #include <torch/torch.h>
 
 #include <dtrain/detail/sha256.hpp>
+#include <dtrain/launch/stop.hpp>
 #include <dtrain/launch/store.hpp>
 
 namespace d = dtrain;
@@ -260,4 +265,77 @@ TEST_CASE("store connection cost with and without the run secret", "[store][cost
                 us / 200.0);
     CHECK(host->add("n", 0) == 200);
   }
+}
+
+namespace {
+
+// Two ranks as threads over one store, in lock step (a std::barrier where an allreduce would be):
+// each asks should_stop() after every step, `pause(rank, step)` long, until it answers true.
+// Returns the step each rank stopped at (-1: it threw; `errors` gets the message).
+std::vector<std::int64_t> stop_steps(const std::function<std::chrono::microseconds(int, std::int64_t)>& pause,
+                                     const std::function<bool(int, std::int64_t)>& asks, std::atomic<std::int64_t>& step0,
+                                     std::vector<std::string>& errors) {
+  auto host = d::launch::Store::host("127.0.0.1", 0, std::nullopt, 10s);
+  std::barrier step_done(2);
+  std::vector<std::int64_t> stopped(2, -1);
+  errors.assign(2, "");
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      d::launch::WorkerIdentity who;
+      who.rank = r;
+      who.world_size = 2;
+      d::launch::Group group(who, c10::make_intrusive<d::launch::Store>("127.0.0.1", host->getPort(), std::nullopt, 10s), 10s);
+      d::launch::StopRequest stop(group, 100ms);
+      try {
+        for (std::int64_t steps = 1; steps < 10'000'000; ++steps) {
+          std::this_thread::sleep_for(pause(r, steps));
+          step_done.arrive_and_wait();
+          if (r == 0) step0 = steps;
+          if (asks(r, steps) && stop.should_stop(steps)) {
+            stopped[r] = steps;
+            break;
+          }
+        }
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+      step_done.arrive_and_drop();
+    });
+  // The driver's request, once the ranks have sped up.
+  for (const auto until = std::chrono::steady_clock::now() + 30s; step0 < 40 && std::chrono::steady_clock::now() < until;)
+    std::this_thread::sleep_for(1ms);
+  host->set(d::launch::stop_key(0), bytes("1"));
+  for (auto& t : ranks) t.join();
+  return stopped;
+}
+
+}  // namespace
+
+TEST_CASE("a stop request stops every rank at the same step, however fast the steps turn", "[store][stop]") {
+  // 20 slow steps (20 ms), then steps as fast as the threads go (a few microseconds): a rate
+  // measured on the slow ones is thousands of times too low. The ranks still agree.
+  std::atomic<std::int64_t> step0{0};
+  std::vector<std::string> errors;
+  const auto start = std::chrono::steady_clock::now();
+  const auto stopped = stop_steps([](int, std::int64_t s) { return s <= 20 ? std::chrono::microseconds(20'000) : 0us; },
+                                  [](int, std::int64_t) { return true; }, step0, errors);
+  INFO(errors[0] << " | " << errors[1]);
+  CHECK(errors == std::vector<std::string>{"", ""});
+  CHECK(stopped[0] > 40);
+  CHECK(stopped[0] == stopped[1]);
+  CHECK(std::chrono::steady_clock::now() - start < 10s);
+}
+
+TEST_CASE("a rank that asks whether to stop at other steps than rank 0 is named, not left behind", "[store][stop]") {
+  std::atomic<std::int64_t> step0{0};
+  std::vector<std::string> errors;
+  // Rank 1 asks at even steps only: at rank 0's first check (step 1) it is at step 2.
+  const auto stopped = stop_steps([](int, std::int64_t) { return 100us; },
+                                  [](int r, std::int64_t s) { return r == 0 || s % 2 == 0; }, step0, errors);
+  CHECK(stopped[1] == -1);
+  CHECK_THAT(errors[1], Catch::Contains("rank 1 asked whether to stop at step 2 where rank 0 asked at step 1") &&
+                            Catch::Contains("every rank must ask ctx.should_stop() at the same steps"));
+  CHECK(errors[0].empty());
+  CHECK(stopped[0] > 40);
 }

@@ -106,69 +106,78 @@ inline std::string stop_message(const std::string& to, const std::filesystem::pa
 }
 
 /// A rank's view of a stop request, behind ctx.should_stop() and the early end of ctx.epochs()
-/// and ctx.shard(). A request is seen through this worker's own signal (at no cost) or the
-/// group's stop key (read at most once per `poll`). The first rank to see it proposes a step a
-/// little ahead, which every rank reads back: should_stop() is then true on every rank from that
-/// same step on, so a loop that breaks or checkpoints on it stays in step with its peers.
+/// and ctx.shard(). Rank 0 alone decides, at check steps every rank knows: at each it reads its
+/// own signal and the group's stop key (which the driver sets, and any rank that got a signal of
+/// its own) and publishes "stop here" or the next check step; every rank reads that answer at the
+/// same step and, on "stop", should_stop() is true on every rank from that step on, so a loop
+/// that breaks or checkpoints on it stays in step with its peers.
 ///
-/// Why every rank agrees: ranks advance their step counts in lock step (each step's gradients are
-/// reduced over all of them), and each asks at least once per `poll` while it trains, since
-/// ctx.shard() asks at every batch boundary. The proposed step lies more than two polls' worth of
-/// steps ahead at the faster of the rate since the group started and the rate over the last poll
-/// (and at least 2 ahead), so every rank reads it before its count reaches it. A rank that read
-/// it late, past the step, could not stop at it and is named: an error is better than a group
-/// whose collectives no longer match.
+/// Why this needs no timing: the ranks ask at the same step counts (ctx.shard() asks at every
+/// batch boundary, and the counts advance in lock step), and each check is named by its number,
+/// so a rank that reaches a check before rank 0 waits for rank 0's answer (at most the skew of a
+/// step). Rank 0 spaces the checks about `poll` apart at the step rate since the last one (the
+/// gap at most doubling from one check to the next, so a run that slows down is still checked
+/// often). A rank that asked at another step than rank 0 is named: an error is better than a
+/// group whose collectives no longer match.
 class StopRequest {
  public:
   StopRequest(const Group& group, std::chrono::milliseconds poll)
-      : group_(group), poll_(poll), start_(std::chrono::steady_clock::now()), next_poll_(start_),
-        last_poll_(start_) {}
+      : group_(group), poll_(poll), last_check_(std::chrono::steady_clock::now()) {}
 
   bool should_stop(std::int64_t steps) {
     if (stop_at_) return steps >= *stop_at_;
-    const auto now = std::chrono::steady_clock::now();
-    bool seen = stop_signals_received() > 0;
-    if (!seen && now >= next_poll_) {
-      next_poll_ = now + poll_;
-      recent_rate_ = rate(steps - last_poll_steps_, now - last_poll_);
-      last_poll_ = now;
-      last_poll_steps_ = steps;
-      seen = group_.store().check({stop_key(group_.identity().attempt)});
+    if (stop_signals_received() > 0 && !announced_ && group_.rank() != 0) {
+      group_.store().set(stop_key(group_.identity().attempt), to_bytes("1"));  // rank 0 reads it at its next check
+      announced_ = true;
     }
-    if (!seen) return false;
-    const auto at = group_.key("stop/at");
-    if (group_.store().add(group_.key("stop/proposals"), 1) == 1) {
-      const double steps_per_s = std::max({rate(steps - first_steps_, now - start_), recent_rate_,
-                                           rate(steps - last_poll_steps_, now - last_poll_)});
-      const auto margin = std::max<std::int64_t>(
-          2, static_cast<std::int64_t>(std::ceil(2 * steps_per_s * std::chrono::duration<double>(poll_).count())) + 1);
-      group_.store().set(at, to_bytes(std::to_string(steps + margin)));
-      // The ranks that have not had a signal of their own see the key at their next poll.
-      group_.store().set(stop_key(group_.identity().attempt), to_bytes("1"));
+    if (steps < next_check_) return false;
+    const auto answer = group_.decide("stop/check/" + std::to_string(checks_), [&] { return check(steps); });
+    ++checks_;
+    const auto space = answer.find(' ');
+    const auto at = std::stoll(answer.substr(space + 1));
+    if (at != steps)
+      throw Error("rank " + std::to_string(group_.rank()) + " asked whether to stop at step " + std::to_string(steps) +
+                  " where rank 0 asked at step " + std::to_string(at) +
+                  ": every rank must ask ctx.should_stop() at the same steps (ctx.shard and ctx.epochs do), or the "
+                  "ranks cannot stop at the same step");
+    if (answer.compare(0, space, "stop") == 0) {
+      stop_at_ = steps;
+      return true;
     }
-    stop_at_ = std::stoll(to_string(group_.store().get(at)));  // waits for the proposer's set
-    if (steps > *stop_at_)
-      throw Error("rank " + std::to_string(group_.rank()) + " learnt of the stop request at step " +
-                  std::to_string(steps) + ", after the step " + std::to_string(*stop_at_) +
-                  " the group agreed to stop at: it cannot stop in step with the others. Set "
-                  "FailureConfig::stop_poll shorter, or ask ctx.should_stop() (or iterate ctx.shard) at every step");
-    return steps >= *stop_at_;
+    next_check_ = std::stoll(answer.substr(0, space));
+    return false;
   }
 
   /// Where the step count started (a resumed group counts from its checkpoint's steps).
-  void start_counting_at(std::int64_t steps) { first_steps_ = last_poll_steps_ = steps; }
+  void start_counting_at(std::int64_t steps) {
+    next_check_ = steps + 1;
+    last_check_steps_ = steps;
+  }
 
  private:
-  static double rate(std::int64_t steps, std::chrono::steady_clock::duration d) {
-    const double s = std::chrono::duration<double>(d).count();
-    return s > 0 ? static_cast<double>(steps) / s : 0.0;
+  // Rank 0's answer at a check: "stop <step>", or "<next check step> <step>".
+  std::string check(std::int64_t steps) {
+    const auto now = std::chrono::steady_clock::now();
+    const bool stop =
+        stop_signals_received() > 0 || group_.store().check({stop_key(group_.identity().attempt)});
+    // Keys of checks every rank has passed (a rank trails rank 0 by at most a step) go.
+    if (checks_ >= 8) group_.store().deleteKey(group_.key("stop/check/" + std::to_string(checks_ - 8)));
+    if (stop) return "stop " + std::to_string(steps);
+    const double s = std::chrono::duration<double>(now - last_check_).count();
+    const double steps_per_poll =
+        s > 0 ? static_cast<double>(steps - last_check_steps_) / s * std::chrono::duration<double>(poll_).count() : 1;
+    gap_ = std::clamp<std::int64_t>(std::llround(steps_per_poll), 1, 2 * gap_);
+    last_check_ = now;
+    last_check_steps_ = steps;
+    return std::to_string(steps + gap_) + " " + std::to_string(steps);
   }
 
   const Group& group_;
   std::chrono::milliseconds poll_;
-  std::chrono::steady_clock::time_point start_, next_poll_, last_poll_;
-  std::int64_t first_steps_ = 0, last_poll_steps_ = 0;
-  double recent_rate_ = 0;  // steps per second between the last two polls
+  std::chrono::steady_clock::time_point last_check_;  // rank 0: when it last checked
+  std::int64_t next_check_ = 1, last_check_steps_ = 0, checks_ = 0;
+  std::int64_t gap_ = 1;   // rank 0: steps between its last two checks
+  bool announced_ = false;  // this rank's own signal is in the store
   std::optional<std::int64_t> stop_at_;
 };
 
