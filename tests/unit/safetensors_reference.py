@@ -27,6 +27,8 @@ from safetensors.torch import load_file, save_file
 NAMES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
          torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
          torch.bool: "BOOL", torch.complex64: "C64"}
+# Dtypes LibTorch added after 1.13: dtrain writes them where the LibTorch it is built against has them.
+ADDED = {torch.uint16: "U16", torch.float8_e4m3fn: "F8_E4M3"}
 
 
 def line(name, t):
@@ -34,7 +36,7 @@ def line(name, t):
     digest = hashlib.sha256(flat.view(torch.uint8).numpy().tobytes()).hexdigest()
     total = (torch.view_as_real(flat) if t.is_complex() else flat).double().sum().item()
     shape = ",".join(str(d) for d in t.shape)
-    return f"{name}\t{NAMES[t.dtype]}\t{shape}\t{digest}\t{total!r}"
+    return f"{name}\t{NAMES.get(t.dtype) or ADDED[t.dtype]}\t{shape}\t{digest}\t{total!r}"
 
 
 def describe(tensors, metadata=None):

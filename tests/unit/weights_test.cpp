@@ -31,6 +31,7 @@
 
 namespace fs = std::filesystem;
 namespace weights = dtrain::weights;
+namespace compat = dtrain::compat;
 using State = std::vector<std::pair<std::string, torch::Tensor>>;
 
 namespace {
@@ -269,9 +270,15 @@ TEST_CASE("safetensors: a bad file is an Error naming the file, the tensor and w
   write_raw(p, "{\"a\":{\"dtype\":\"F6_E3M2\",\"shape\":[4],\"data_offsets\":[0,3]}}", 3);
   CHECK(weights::SafetensorsFile(p).tensors().size() == 1);
   rejected({"\"a\"", "F6_E3M2", this_libtorch + " has no type for"});
-  // U16: refused by name too (LibTorch has uint16 from 2.3 on, which dtrain does not map yet).
+  // U16: read where the LibTorch has uint16 (2.3 on), else refused naming the version that reads it.
   write_raw(p, "{\"a\":{\"dtype\":\"U16\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4);
-  rejected({"\"a\"", "U16"});
+  if (const auto u16 = compat::added_scalar_type("U16"); u16.type) {
+    const auto a = weights::SafetensorsFile(p).tensor("a");
+    CHECK(a.scalar_type() == *u16.type);
+    CHECK(a.sizes() == torch::IntArrayRef{2});
+  } else {
+    rejected({"\"a\"", "U16", this_libtorch + " has no type for (LibTorch 2.3 and later have)"});
+  }
   write_raw(p, "{\"a\":{\"dtype\":\"BOOL\",\"shape\":[2],\"data_offsets\":[0,2]}}", 2);  // bytes 0x01 0x01
   CHECK(weights::SafetensorsFile(p).tensor("a").all().item<bool>());
   const std::string bools = "{\"a\":{\"dtype\":\"BOOL\",\"shape\":[2],\"data_offsets\":[0,2]}}";
@@ -364,14 +371,26 @@ TEST_CASE("safetensors: files of Python's safetensors and transformers read equa
   }
   CHECK(file.tensor("scalar").dim() == 0);
   CHECK(file.tensor("empty").sizes() == torch::IntArrayRef{0, 3});
-  // Dtypes dtrain reads on no LibTorch yet (1.13 has no type for them; 2.x has, which dtrain does
-  // not map yet): the header reads, the tensor is refused naming file, tensor, dtype.
+  // Dtypes LibTorch added after 1.13 (compat::added_scalar_type): read, with Python's values, where
+  // this LibTorch has them; else the header reads and the tensor is refused naming file, tensor,
+  // dtype. Written by dtrain, Python reads them equal (the next test case).
   weights::SafetensorsFile u16(dir / "uint16.safetensors");
   CHECK(torch::equal(u16.tensor("ok"), torch::ones({2})));
-  CHECK_THAT(error_of([&] { u16.tensor("u16"); }),
-             Catch::Contains("uint16.safetensors") && Catch::Contains("\"u16\" is U16"));
-  CHECK_THAT(error_of([&] { weights::read(dir / "float8.safetensors"); }),
-             Catch::Contains("float8.safetensors") && Catch::Contains("\"f8\" is F8_E4M3"));
+  if (compat::added_scalar_type("U16").type) {
+    CHECK(u16.tensor("u16").scalar_type() == *compat::added_scalar_type("U16").type);
+    CHECK(torch::equal(u16.tensor("u16").to(torch::kLong), torch::arange(4)));
+  } else {
+    CHECK_THAT(error_of([&] { u16.tensor("u16"); }),
+               Catch::Contains("uint16.safetensors") && Catch::Contains("\"u16\" is U16"));
+  }
+  if (compat::added_scalar_type("F8_E4M3").type) {
+    const auto f8 = weights::SafetensorsFile(dir / "float8.safetensors").tensor("f8");
+    CHECK(f8.scalar_type() == *compat::added_scalar_type("F8_E4M3").type);
+    CHECK(torch::equal(f8.to(torch::kFloat), torch::ones({4})));
+  } else {
+    CHECK_THAT(error_of([&] { weights::read(dir / "float8.safetensors"); }),
+               Catch::Contains("float8.safetensors") && Catch::Contains("\"f8\" is F8_E4M3"));
+  }
 
   r = reference("write-models " + dir.path.string());
   INFO(r.output);
@@ -406,6 +425,10 @@ TEST_CASE("safetensors: a file dtrain writes reads equal in Python's safetensors
   state.emplace_back("scalar", torch::tensor(-3, torch::kLong));
   state.emplace_back("transposed", torch::randn({5, 7}).t());
   state.emplace_back("strided", torch::randn({40}).to(torch::kBFloat16).slice(0, 3, 40, 4));
+  // Dtypes LibTorch added after 1.13, where this one has them (compat::added_scalar_type).
+  for (const auto* added : {"U16", "F8_E4M3"})
+    if (const auto a = compat::added_scalar_type(added); a.type)
+      state.emplace_back("added_" + lower(added), torch::arange(4, torch::kFloat).to(*a.type));
   const std::map<std::string, std::string> metadata = {{"format", "pt"}, {"written_by", "dtrain"}};
   weights::save_safetensors(dir / "dtrain.safetensors", state, metadata);
   std::map<std::string, std::string> lines;

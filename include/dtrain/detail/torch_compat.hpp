@@ -4,8 +4,10 @@
 // its tests must spell differently, each named for what differs. Nothing else in dtrain or its
 // tests tests TORCH_VERSION: a new difference gets a shim here.
 
+#include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -81,6 +83,43 @@ inline constexpr bool cpu_autocasts_fp16 = DTRAIN_TORCH_AT_LEAST(2, 4);
 /// ATen's fused optimizer kernels (_fused_sgd_, _fused_adam_, _fused_adamw_) exist from 2.3 on
 /// (_fused_sgd_ came last).
 inline constexpr bool fused_optimizers = DTRAIN_TORCH_AT_LEAST(2, 3);
+
+/// The scalar types LibTorch added after 1.13 that safetensors files use, by safetensors' name:
+/// F8_E4M3 and F8_E5M2 from 2.1, F8_E4M3FNUZ and F8_E5M2FNUZ from 2.2, U16, U32 and U64 from 2.3,
+/// F8_E8M0 from 2.8 (`since`). `type` is empty under an older LibTorch, and for a name not here.
+struct AddedScalarType {
+  const char* since;
+  std::optional<at::ScalarType> type;
+};
+inline AddedScalarType added_scalar_type(std::string_view safetensors_name) {
+  using T = at::ScalarType;
+  const auto added = [&](const char* name, const char* since, std::optional<T> type) {
+    return safetensors_name == name ? std::optional<AddedScalarType>(AddedScalarType{since, type}) : std::nullopt;
+  };
+  std::optional<T> f8_e4m3, f8_e5m2, f8_e4m3fnuz, f8_e5m2fnuz, u16, u32, u64, f8_e8m0;
+#if DTRAIN_TORCH_AT_LEAST(2, 1)
+  f8_e4m3 = T::Float8_e4m3fn;
+  f8_e5m2 = T::Float8_e5m2;
+#endif
+#if DTRAIN_TORCH_AT_LEAST(2, 2)
+  f8_e4m3fnuz = T::Float8_e4m3fnuz;
+  f8_e5m2fnuz = T::Float8_e5m2fnuz;
+#endif
+#if DTRAIN_TORCH_AT_LEAST(2, 3)
+  u16 = T::UInt16;
+  u32 = T::UInt32;
+  u64 = T::UInt64;
+#endif
+#if DTRAIN_TORCH_AT_LEAST(2, 8)
+  f8_e8m0 = T::Float8_e8m0fnu;
+#endif
+  for (const auto& a : {added("F8_E4M3", "2.1", f8_e4m3), added("F8_E5M2", "2.1", f8_e5m2),
+                        added("F8_E4M3FNUZ", "2.2", f8_e4m3fnuz), added("F8_E5M2FNUZ", "2.2", f8_e5m2fnuz),
+                        added("U16", "2.3", u16), added("U32", "2.3", u32), added("U64", "2.3", u64),
+                        added("F8_E8M0", "2.8", f8_e8m0)})
+    if (a) return *a;
+  return {nullptr, std::nullopt};
+}
 
 }  // namespace compat
 DTRAIN_NAMESPACE_END

@@ -22,9 +22,10 @@
 // shared_ptr to it, so the file stays mapped while any of its tensors lives; call .clone() for a
 // tensor of your own. Writing into such a tensor is allowed and copies that page only (the mapping
 // is private): the file never changes. One exception copies at once: a tensor whose bytes are not
-// aligned to its element size (safetensors' own writer aligns them; other writers may not). Dtypes LibTorch 1.13 has no type for (U16, U32, U64, the F8, F6 and F4 formats) are
-// read in the header but tensor() refuses them, naming file, tensor and dtype; a BOOL tensor holding a
-// byte other than 0 or 1 is refused too.
+// aligned to its element size (safetensors' own writer aligns them; other writers may not). Dtypes
+// the LibTorch built against has no type for (U16, U32, U64 and F8 before 2.1 to 2.8, F6 and F4 on
+// every version: compat::added_scalar_type) are read in the header but tensor() refuses them,
+// naming file, tensor and dtype; a BOOL tensor holding a byte other than 0 or 1 is refused too.
 //
 // Writing (save_safetensors) sorts tensors by element size, largest first, then by name (upstream's
 // order: every tensor aligned in a region that starts at a multiple of 8), pads the header with

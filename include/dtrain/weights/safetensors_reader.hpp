@@ -21,6 +21,7 @@
 #include <torch/types.h>
 #include <torch/version.h>
 
+#include <dtrain/detail/torch_compat.hpp>
 #include <dtrain/error.hpp>
 #include <dtrain/weights/detail/mapped_file.hpp>
 
@@ -35,26 +36,33 @@ namespace detail {
 
 struct SafetensorsDtype {
   std::string_view name;
-  unsigned bits;                             // per element
-  std::optional<torch::ScalarType> type;     // nothing: LibTorch 1.13 has no such type
+  unsigned bits;                          // per element
+  std::optional<torch::ScalarType> type;  // nothing: this LibTorch has no such type
+  const char* since = nullptr;            // the first LibTorch with the type, when it came after 1.13
 };
 
 inline const SafetensorsDtype* find_dtype(std::string_view name) {
+  const auto added = [](std::string_view n, unsigned bits) {
+    const auto a = compat::added_scalar_type(n);
+    return SafetensorsDtype{n, bits, a.type, a.since};
+  };
   static const SafetensorsDtype table[] = {
       {"F64", 64, torch::kDouble}, {"F32", 32, torch::kFloat},  {"F16", 16, torch::kHalf},
       {"BF16", 16, torch::kBFloat16}, {"I64", 64, torch::kLong}, {"I32", 32, torch::kInt},
       {"I16", 16, torch::kShort},  {"I8", 8, torch::kChar},     {"U8", 8, torch::kByte},
       {"BOOL", 8, torch::kBool},   {"C64", 64, torch::kComplexFloat},
-      {"U16", 16, {}}, {"U32", 32, {}}, {"U64", 64, {}}, {"F8_E4M3", 8, {}}, {"F8_E5M2", 8, {}},
-      {"F8_E4M3FNUZ", 8, {}}, {"F8_E5M2FNUZ", 8, {}}, {"F8_E8M0", 8, {}}, {"F6_E2M3", 6, {}},
+      added("U16", 16), added("U32", 32), added("U64", 64), added("F8_E4M3", 8), added("F8_E5M2", 8),
+      added("F8_E4M3FNUZ", 8), added("F8_E5M2FNUZ", 8), added("F8_E8M0", 8), {"F6_E2M3", 6, {}},
       {"F6_E3M2", 6, {}}, {"F4", 4, {}}};
   for (const auto& d : table)
     if (d.name == name) return &d;
   return nullptr;
 }
 
+/// The safetensors name of a LibTorch scalar type, when safetensors has one.
 inline std::optional<std::string_view> dtype_name(torch::ScalarType type) {
-  for (const auto* n : {"F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8", "U8", "BOOL", "C64"})
+  for (const auto* n : {"F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8", "U8", "BOOL", "C64", "U16", "U32",
+                        "U64", "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F8_E8M0"})
     if (find_dtype(n)->type == type) return find_dtype(n)->name;
   return std::nullopt;
 }
@@ -100,7 +108,8 @@ class SafetensorsFile {
     if (!dt.type)
       throw Error(where() + "tensor \"" + name + "\" is " + t->dtype + ", a dtype LibTorch " +
                   std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) +
-                  " has no type for; convert it before saving (in Python: tensor.to(torch.float32) or torch.int64)");
+                  " has no type for" + (dt.since ? std::string(" (LibTorch ") + dt.since + " and later have)" : "") +
+                  "; convert it before saving (in Python: tensor.to(torch.float32) or torch.int64)");
     std::byte* p = map_->data() + data_begin_ + t->begin;
     const std::size_t bytes = t->end - t->begin;
     if (*dt.type == torch::kBool)  // a byte other than 0 or 1 is no bool: refuse it rather than read it
