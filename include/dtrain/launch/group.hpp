@@ -58,27 +58,15 @@ class Group {
   /// heartbeats publish: at a group step every rank has issued the same collectives.
   void arrive(const std::string& name, const std::string& what, std::int64_t reports, bool finishing = false) const {
     const auto k = key(name);
-    const auto mine = heartbeat_->collectives();
     store_->add(k, 1);
-    const auto deadline = std::chrono::steady_clock::now() + timeout_;
-    auto pause = std::chrono::microseconds(20);
-    while (store_->add(k, 0) < who_.world_size) {
-      if (finishing) check_errors(what);
-      else check_peers(what, reports);
-      // A peer past this step once every rank arrived is no skip: read the count again after.
-      if (const int r = heartbeat_->peer_ahead(*store_, mine); r >= 0 && store_->add(k, 0) < who_.world_size)
-        throw WorkerError("rank " + std::to_string(r) + " went on past " + what + " without it: it has issued " +
-                          std::to_string(heartbeat_->peer_collectives(r)) + " collectives, while rank " +
-                          std::to_string(who_.rank) + " waits at " + what + " after " + std::to_string(mine) +
-                          ". Every rank must make the same report() calls and collectives, in the same order; look "
-                          "for a report() or a collective inside a branch on the rank or on data that differs "
-                          "between ranks");
-      if (std::chrono::steady_clock::now() > deadline)
-        throw WorkerError("rank " + std::to_string(who_.rank) + " waited " + std::to_string(timeout_.count()) +
-                          " ms at " + what + " for the other ranks; one of them hangs or skipped it");
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(5000));
-    }
+    wait_until([&] { return store_->add(k, 0) >= who_.world_size; }, what, reports, finishing);
+  }
+
+  /// Waits, as arrive() does, until rank 0 has published `name` (a decide() every rank reads at
+  /// the same step), failing fast when a rank failed or left the train loop.
+  void await_decision(const std::string& name, const std::string& what) const {
+    const auto k = key(name);
+    wait_until([&] { return store_->check({k}); }, what, -1, false);
   }
 
   /// Throws when another rank of the group recorded a failure.
@@ -150,6 +138,32 @@ class Group {
 
  private:
   static std::string finished_key(int rank) { return "finished/" + std::to_string(rank); }
+
+  // Polls `done()` with a growing pause, failing when it cannot come true: a peer failed, left
+  // the loop (see check_peers), went on issuing collectives past this step, or the timeout passed.
+  template <class Done>
+  void wait_until(Done done, const std::string& what, std::int64_t reports, bool finishing) const {
+    const auto mine = heartbeat_->collectives();
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    auto pause = std::chrono::microseconds(20);
+    while (!done()) {
+      if (finishing) check_errors(what);
+      else check_peers(what, reports);
+      // A peer past this step once `done()` holds is no skip: ask `done()` again after.
+      if (const int r = heartbeat_->peer_ahead(*store_, mine); r >= 0 && !done())
+        throw WorkerError("rank " + std::to_string(r) + " went on past " + what + " without it: it has issued " +
+                          std::to_string(heartbeat_->peer_collectives(r)) + " collectives, while rank " +
+                          std::to_string(who_.rank) + " waits at " + what + " after " + std::to_string(mine) +
+                          ". Every rank must make the same report() calls and collectives, in the same order; look "
+                          "for a report() or a collective inside a branch on the rank or on data that differs "
+                          "between ranks");
+      if (std::chrono::steady_clock::now() > deadline)
+        throw WorkerError("rank " + std::to_string(who_.rank) + " waited " + std::to_string(timeout_.count()) +
+                          " ms at " + what + " for the other ranks; one of them hangs or skipped it");
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(5000));
+    }
+  }
 
   WorkerIdentity who_;
   c10::intrusive_ptr<c10d::Store> store_;

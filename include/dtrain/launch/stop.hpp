@@ -16,6 +16,7 @@
 
 #include <dtrain/error.hpp>
 #include <dtrain/launch/group.hpp>
+#include <dtrain/progress_mark.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -131,7 +132,12 @@ class StopRequest {
       announced_ = true;
     }
     if (steps < next_check_) return false;
-    const auto answer = group_.decide("stop/check/" + std::to_string(checks_), [&] { return check(steps); });
+    // A check is a group step, counted as a collective: a rank that skipped a report() and reached
+    // it is named by the ranks waiting at that report; and it waits for rank 0 as at a barrier.
+    note_collective_issued();
+    const auto name = "stop/check/" + std::to_string(checks_);
+    if (group_.rank() != 0) group_.await_decision(name, "the stop check at step " + std::to_string(steps));
+    const auto answer = group_.decide(name, [&] { return check(steps); });
     ++checks_;
     const auto space = answer.find(' ');
     const auto at = std::stoll(answer.substr(space + 1));
