@@ -41,12 +41,13 @@ struct SafetensorsDtype {
   const char* since = nullptr;            // the first LibTorch with the type, when it came after 1.13
 };
 
-inline const SafetensorsDtype* find_dtype(std::string_view name) {
+// Every safetensors dtype, in the format's order of its own names.
+inline const std::vector<SafetensorsDtype>& dtypes() {
   const auto added = [](std::string_view n, unsigned bits) {
     const auto a = compat::added_scalar_type(n);
     return SafetensorsDtype{n, bits, a.type, a.since};
   };
-  static const SafetensorsDtype table[] = {
+  static const std::vector<SafetensorsDtype> table = {
       {"F64", 64, torch::kDouble}, {"F32", 32, torch::kFloat},  {"F16", 16, torch::kHalf},
       {"BF16", 16, torch::kBFloat16}, {"I64", 64, torch::kLong}, {"I32", 32, torch::kInt},
       {"I16", 16, torch::kShort},  {"I8", 8, torch::kChar},     {"U8", 8, torch::kByte},
@@ -54,16 +55,19 @@ inline const SafetensorsDtype* find_dtype(std::string_view name) {
       added("U16", 16), added("U32", 32), added("U64", 64), added("F8_E4M3", 8), added("F8_E5M2", 8),
       added("F8_E4M3FNUZ", 8), added("F8_E5M2FNUZ", 8), added("F8_E8M0", 8), {"F6_E2M3", 6, {}},
       {"F6_E3M2", 6, {}}, {"F4", 4, {}}};
-  for (const auto& d : table)
+  return table;
+}
+
+inline const SafetensorsDtype* find_dtype(std::string_view name) {
+  for (const auto& d : dtypes())
     if (d.name == name) return &d;
   return nullptr;
 }
 
 /// The safetensors name of a LibTorch scalar type, when safetensors has one.
 inline std::optional<std::string_view> dtype_name(torch::ScalarType type) {
-  for (const auto* n : {"F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8", "U8", "BOOL", "C64", "U16", "U32",
-                        "U64", "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F8_E8M0"})
-    if (find_dtype(n)->type == type) return find_dtype(n)->name;
+  for (const auto& d : dtypes())
+    if (d.type == type) return d.name;
   return std::nullopt;
 }
 
