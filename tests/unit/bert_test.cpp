@@ -313,6 +313,38 @@ TEST_CASE("bert_attention_mask_hides_padding", "[nn]") {
   CHECK(model->bert->embeddings->word_embeddings->weight.grad()[0].abs().sum().item<double>() == 0);
 }
 
+TEST_CASE("bert_pooled_skips_padding_with_forwards_result_and_gradients", "[nn]") {
+  auto c = tiny();
+  c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0;  // training with no draws: comparable
+  torch::manual_seed(3);
+  nn::BertModel model(c);
+  auto b = batch(50);
+  for (const bool training : {false, true}) {
+    INFO("training " << training);
+    model->train(training);
+    model->zero_grad();
+    const auto expected = model(b.input_ids, b.attention_mask, b.token_type_ids).pooler_output;
+    const auto weight = torch::randn_like(expected);
+    (expected * weight).sum().backward();
+    State grads;
+    for (const auto& p : model->named_parameters()) grads.emplace_back(p.key(), p.value().grad().clone());
+    model->zero_grad();
+    const auto got = model->pooled(b.input_ids, b.attention_mask, b.token_type_ids);  // packed: the rows are padded
+    CHECK((got - expected).abs().max().item<double>() < 1e-5);
+    (got * weight).sum().backward();
+    for (const auto& [name, grad] : grads) {
+      INFO(name);
+      CHECK((model->named_parameters()[name].grad() - grad).abs().max().item<double>() < 1e-5);
+    }
+  }
+  // A row that starts with padding (left padding): pooled reads position 0 as transformers does.
+  model->eval();
+  auto left = b;
+  left.attention_mask = b.attention_mask.flip(1);
+  CHECK((model->pooled(left.input_ids, left.attention_mask) - model(left.input_ids, left.attention_mask).pooler_output)
+            .abs().max().item<double>() == 0);
+}
+
 TEST_CASE("bert_matches_transformers", "[nn][python]") {
   Dir dir;
   const auto minilm = minilm_dir();

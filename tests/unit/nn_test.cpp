@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // nn::EncoderLayer and nn::Encoder against LibTorch's own torch::nn::TransformerEncoderLayer and
-// TransformerEncoder with the same weights: the same names, outputs and gradients.
+// TransformerEncoder with the same weights: the same names, outputs and gradients; the packed
+// (padding-free) attention against the padded one.
 #include "support.hpp"
 
 #include <limits>
@@ -72,7 +73,7 @@ TEST_CASE("nn::EncoderLayer equals torch::nn::TransformerEncoderLayer with its w
   }
 }
 
-TEST_CASE("nn::Encoder equals torch::nn::TransformerEncoder, and trains in both modes", "[nn]") {
+TEST_CASE("nn::Encoder equals torch::nn::TransformerEncoder at the tokens, 0 at padding, and trains in both modes", "[nn]") {
   torch::manual_seed(2);
   torch::nn::TransformerEncoder reference(torch::nn::TransformerEncoderOptions(
       torch::nn::TransformerEncoderLayerOptions(128, 4).dim_feedforward(256).dropout(0.1), 2));
@@ -81,18 +82,96 @@ TEST_CASE("nn::Encoder equals torch::nn::TransformerEncoder, and trains in both 
   reference->eval();
   ours->eval();
   auto [x, pad] = batch();
-  const auto expected = reference->forward(x.transpose(0, 1), torch::Tensor(), pad).transpose(0, 1);
-  CHECK(largest_difference(ours->forward(x, pad), expected) < 1e-5);
+  // Padding at the tails, and (the second mask) inside a row: the packed path takes any mask.
+  auto inside = pad.clone();
+  inside.index_put_({0, 3}, true);
+  for (const auto& mask : {pad, inside}) {
+    auto x_ref = x.clone().requires_grad_(true), x_ours = x.clone().requires_grad_(true);
+    const auto expected = reference->forward(x_ref.transpose(0, 1), torch::Tensor(), mask).transpose(0, 1);
+    const auto got = ours->forward(x_ours, mask);
+    const auto tokens = mask.logical_not();
+    CHECK(largest_difference(got.index({tokens}), expected.index({tokens})) < 1e-5);
+    CHECK(got.index({mask}).abs().max().item<double>() == 0);  // nothing computed at padding
+    // Gradients through the tokens' outputs (what a loss that masks padding reads): equal.
+    const auto weight = torch::randn_like(expected) * tokens.unsqueeze(-1);
+    (expected * weight).sum().backward();
+    (got * weight).sum().backward();
+    CHECK(largest_difference(x_ours.grad(), x_ref.grad()) < 1e-5);
+    auto theirs = reference->named_parameters();
+    for (const auto& item : ours->named_parameters()) {
+      INFO(item.key());
+      CHECK(largest_difference(item.value().grad(), theirs[item.key()].grad()) < 1e-4);
+    }
+    reference->zero_grad();
+    ours->zero_grad();
+  }
 
   // Training: dropout draws, and every parameter gets a gradient, with or without a mask.
   ours->train();
   const auto a = ours->forward(x, pad), b = ours->forward(x, pad);
   CHECK(largest_difference(a, b) > 0);
-  ours->forward(x).sum().backward();
-  for (const auto& item : ours->named_parameters()) {
-    INFO(item.key());
-    CHECK(item.value().grad().defined());
+  for (const auto& mask : {pad, torch::Tensor()}) {
+    ours->zero_grad();
+    ours->forward(x, mask).sum().backward();
+    for (const auto& item : ours->named_parameters()) {
+      INFO(item.key());
+      CHECK(item.value().grad().defined());
+    }
   }
+}
+
+TEST_CASE("nn::attend_packed equals attend() at the tokens: outputs and gradients", "[nn]") {
+  torch::manual_seed(6);
+  const std::int64_t heads = 4, width = 8;
+  const std::vector<std::int64_t> lengths = {9, 4, 1, 7};
+  auto padding = torch::zeros({4, 9}, torch::kBool);
+  for (std::int64_t r = 0; r < 4; ++r) padding.index_put_({r, torch::indexing::Slice(lengths[r], torch::indexing::None)}, true);
+  const auto packing = nn::PackedTokens::of(padding);
+  CHECK(packing.offsets == std::vector<std::int64_t>{0, 9, 13, 14, 21});
+  const auto q = torch::randn({4, heads, 9, width}, torch::requires_grad()), k = torch::randn_like(q).requires_grad_(true),
+             v = torch::randn_like(q).requires_grad_(true);
+  const auto expected = nn::attend(q, k, v, nn::padding_mask(padding), 0.0, false);  // [batch, heads, sequence, width]
+  const auto to_packed = [&](const torch::Tensor& t) { return packing.pack(t.transpose(1, 2)); };  // [tokens, heads, width]
+  const auto qp = to_packed(q.detach()).requires_grad_(true), kp = to_packed(k.detach()).requires_grad_(true),
+             vp = to_packed(v.detach()).requires_grad_(true);
+  const auto got = nn::attend_packed(qp, kp, vp, packing.offsets, 0.0, true);
+  CHECK(largest_difference(got, to_packed(expected)) < 1e-5);
+  const auto weight = torch::randn_like(got);
+  (got * weight).sum().backward();
+  (to_packed(expected) * weight).sum().backward();
+  CHECK(largest_difference(qp.grad(), to_packed(q.grad())) < 1e-5);
+  CHECK(largest_difference(kp.grad(), to_packed(k.grad())) < 1e-5);
+  CHECK(largest_difference(vp.grad(), to_packed(v.grad())) < 1e-5);
+  CHECK_THROWS_WITH(nn::attend_packed(qp, kp, vp, {0, 9, 13}, 0.0, true), Catch::Contains("offsets ending at the tokens (21)"));
+  CHECK_THROWS_WITH(packing.pack(torch::randn({4, 8, 2})), Catch::Contains("must be [4, 9, ...] as its padding mask"));
+}
+
+TEST_CASE("nn::attend_packed with dropout: draws repeat under a seed, and the gradient is the loss's derivative", "[nn]") {
+  torch::manual_seed(7);
+  const std::vector<std::int64_t> offsets = {0, 6, 9};
+  const auto opts = torch::TensorOptions().dtype(torch::kDouble);
+  const auto q = torch::randn({9, 2, 4}, opts), k = torch::randn({9, 2, 4}, opts), v = torch::randn({9, 2, 4}, opts);
+  const auto weight = torch::randn({9, 2, 4}, opts);
+  const auto loss = [&](const torch::Tensor& qq, const torch::Tensor& kk, const torch::Tensor& vv) {
+    torch::manual_seed(11);  // the same dropout draws every time
+    return (nn::attend_packed(qq, kk, vv, offsets, 0.3, true) * weight).sum();
+  };
+  const auto qg = q.clone().requires_grad_(true), kg = k.clone().requires_grad_(true), vg = v.clone().requires_grad_(true);
+  const auto l = loss(qg, kg, vg);
+  CHECK(l.item<double>() == loss(q, k, v).item<double>());
+  torch::manual_seed(12);
+  CHECK(nn::attend_packed(q, k, v, offsets, 0.3, true).ne(nn::attend_packed(q, k, v, offsets, 0.0, true)).any().item<bool>());
+  l.backward();
+  // d/de loss(x + e·dx) by central differences, against <grad, dx>, for q, k and v in turn.
+  const double e = 1e-6;
+  const auto dq = torch::randn_like(q), dk = torch::randn_like(k), dv = torch::randn_like(v);
+  const auto numeric = [&](const torch::Tensor& zq, const torch::Tensor& zk, const torch::Tensor& zv) {
+    return (loss(q + e * zq, k + e * zk, v + e * zv) - loss(q - e * zq, k - e * zk, v - e * zv)).item<double>() / (2 * e);
+  };
+  const auto zero = torch::zeros_like(q);
+  CHECK(numeric(dq, zero, zero) == Approx((qg.grad() * dq).sum().item<double>()).epsilon(1e-6));
+  CHECK(numeric(zero, dk, zero) == Approx((kg.grad() * dk).sum().item<double>()).epsilon(1e-6));
+  CHECK(numeric(zero, zero, dv) == Approx((vg.grad() * dv).sum().item<double>()).epsilon(1e-6));
 }
 
 TEST_CASE("nn::EncoderLayer pre-norm is x + attention(norm1(x)), then + feedforward(norm2(.))", "[nn]") {

@@ -22,6 +22,8 @@
 // Like nn/encoder.hpp, the layers call ATen (at::linear, at::layer_norm, at::embedding) on the
 // registered parameters rather than LibTorch's module forwards, which add a bias pass per Linear;
 // the encoder layers are nn/encoder.hpp's HubEncoderLayer (BERT layout), which nn/vit.hpp shares.
+// BertForSequenceClassification reads the pooled output only (BertModel::pooled), so on the CPU its
+// layers skip padding positions (nn/packed.hpp); BertModel::forward returns every state, as transformers'.
 
 #include <algorithm>
 #include <cmath>
@@ -173,6 +175,20 @@ struct BertModelImpl : torch::nn::Module {
     return {x, pooled};
   }
 
+  /// forward's pooler_output alone, all that a classification head reads. On the CPU, when rows
+  /// are padded (and none starts with padding), the layers run on the tokens only (nn/packed.hpp):
+  /// no work for states at padding positions, which nothing here reads.
+  torch::Tensor pooled(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {},
+                       const torch::Tensor& token_type_ids = {}) {
+    if (input_ids.dim() != 2 || !attention_mask.defined() || attention_mask.sizes() != input_ids.sizes() ||
+        !packs(input_ids, attention_mask.eq(0)) || !attention_mask.select(1, 0).ne(0).all().item<bool>())
+      return forward(input_ids, attention_mask, token_type_ids).pooler_output;
+    const auto packing = PackedTokens::of(attention_mask.eq(0));
+    auto t = packing.pack(embeddings(input_ids, token_type_ids));
+    for (const auto& l : *layer) t = l->as<BertLayerImpl>()->forward_packed(t, packing);
+    return at::tanh(detail::apply(pooler, t.index_select(0, packing.firsts())));
+  }
+
   Config config;
   BertEmbeddings embeddings{nullptr};
   torch::nn::ModuleList layer{nullptr};  // encoder.layer
@@ -191,7 +207,7 @@ struct BertForSequenceClassificationImpl : torch::nn::Module {
 
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {},
                         const torch::Tensor& token_type_ids = {}) {
-    auto pooled = bert(input_ids, attention_mask, token_type_ids).pooler_output;
+    auto pooled = bert->pooled(input_ids, attention_mask, token_type_ids);
     const double p = config.classifier_dropout.value_or(config.hidden_dropout_prob);
     if (p > 0 && is_training()) pooled = at::dropout(pooled, p, true);
     return detail::apply(classifier, pooled);

@@ -18,6 +18,7 @@
 // tensor for all layers. The parameters are named as torch::nn::TransformerEncoderLayer's and
 // Python's nn.TransformerEncoderLayer's (self_attn.in_proj_weight, linear1, norm1, ...), so their
 // state dicts load as they are; with the same weights the outputs agree within 1e-5 (tests/unit).
+// On the CPU a padded batch runs packed (nn/packed.hpp): the layers see its tokens only.
 
 #include <cmath>
 #include <cstdint>
@@ -35,6 +36,7 @@
 #include <torch/types.h>
 
 #include <dtrain/error.hpp>
+#include <dtrain/nn/packed.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -94,6 +96,14 @@ struct SelfAttentionImpl : torch::nn::Module {
     const auto heads_out = attend(qkv[0], qkv[1], qkv[2], mask, dropout, is_training());
     return at::linear(heads_out.transpose(1, 2).reshape({b, s, d}), out_proj->weight, out_proj->bias);
   }
+  /// x [tokens, d_model]: a padded batch's tokens, packed (PackedTokens); each row attends within itself.
+  torch::Tensor forward_packed(const torch::Tensor& x, const PackedTokens& packing, double dropout) {
+    const auto t = x.size(0), d = x.size(1);
+    const auto qkv = at::linear(x, in_proj_weight, in_proj_bias).view({t, 3, heads, d / heads});
+    const auto heads_out = attend_packed(qkv.select(1, 0), qkv.select(1, 1), qkv.select(1, 2), packing.offsets, dropout,
+                                         is_training());
+    return at::linear(heads_out.view({t, d}), out_proj->weight, out_proj->bias);
+  }
 
   std::int64_t heads;
   torch::Tensor in_proj_weight, in_proj_bias;
@@ -130,13 +140,14 @@ struct EncoderLayerImpl : torch::nn::Module {
       throw ConfigError("nn::EncoderLayer: the input must be [batch, sequence, " + std::to_string(options.d_model()) +
                         "] (batch first), got " + std::to_string(x.dim()) + " dimensions" +
                         (x.dim() == 3 ? " with " + std::to_string(x.size(2)) + " features" : std::string()));
-    const double p = options.dropout();
-    if (options.norm_first()) {
-      auto h = x + drop(self_attn(norm1(x), mask, p));
-      return h + drop(feedforward(norm2(h)));
-    }
-    auto h = norm1(x + drop(self_attn(x, mask, p)));
-    return norm2(h + drop(feedforward(h)));
+    return layer(x, mask);
+  }
+  /// x [tokens, d_model]: a padded batch's tokens, packed (PackedTokens::pack).
+  torch::Tensor forward_packed(const torch::Tensor& x, const PackedTokens& packing) {
+    if (x.dim() != 2 || x.size(0) != packing.tokens() || x.size(1) != options.d_model())
+      throw ConfigError("nn::EncoderLayer: packed input must be [" + std::to_string(packing.tokens()) + " tokens, " +
+                        std::to_string(options.d_model()) + "], got " + std::to_string(x.dim()) + " dimensions");
+    return layer(x, packing);
   }
 
   EncoderLayerOptions options;
@@ -145,6 +156,20 @@ struct EncoderLayerImpl : torch::nn::Module {
   torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
 
  private:
+  template <class Mask>  // an additive mask tensor, or PackedTokens
+  torch::Tensor layer(const torch::Tensor& x, const Mask& mask) {
+    const double p = options.dropout();
+    if (options.norm_first()) {
+      auto h = x + drop(attention(norm1(x), mask, p));
+      return h + drop(feedforward(norm2(h)));
+    }
+    auto h = norm1(x + drop(attention(x, mask, p)));
+    return norm2(h + drop(feedforward(h)));
+  }
+  torch::Tensor attention(const torch::Tensor& x, const torch::Tensor& mask, double p) { return self_attn(x, mask, p); }
+  torch::Tensor attention(const torch::Tensor& x, const PackedTokens& packing, double p) {
+    return self_attn->forward_packed(x, packing, p);
+  }
   torch::Tensor drop(const torch::Tensor& t) {
     return options.dropout() > 0 && is_training() ? at::dropout(t, options.dropout(), true) : t;
   }
@@ -164,7 +189,14 @@ struct EncoderImpl : torch::nn::Module {
     for (std::int64_t i = 0; i < count; ++i) layers->push_back(EncoderLayer(o));
   }
   /// x [batch, sequence, d_model]; `padding` [batch, sequence], true at padding, or undefined.
+  /// On the CPU a batch with padding runs packed (nn/packed.hpp), and its output is 0 at padding.
   torch::Tensor forward(torch::Tensor x, const torch::Tensor& padding = {}) {
+    if (packs(x, padding)) {
+      const auto packing = PackedTokens::of(padding);
+      auto t = packing.pack(x);
+      for (const auto& layer : *layers) t = layer->as<EncoderLayerImpl>()->forward_packed(t, packing);
+      return packing.unpack(t);
+    }
     const auto mask = padding_mask(padding, x.scalar_type());
     for (const auto& layer : *layers) x = layer->as<EncoderLayerImpl>()->forward(x, mask);
     return x;
@@ -274,14 +306,13 @@ struct HubEncoderLayerImpl : torch::nn::Module {
   }
 
   /// x [batch, sequence, hidden]; `mask` undefined or additive [batch, 1, 1, sequence].
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask = {}) {
-    const double eps = options.layer_norm_eps();
-    if (options.layout() == HubLayout::bert) {
-      const auto h = detail::apply(attention_norm, drop(self_attention(x, mask)) + x, eps);
-      return detail::apply(output_norm, drop(feedforward(h)) + h, eps);
-    }
-    const auto h = drop(self_attention(detail::apply(attention_norm, x, eps), mask)) + x;
-    return drop(feedforward(detail::apply(output_norm, h, eps))) + h;
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask = {}) { return layer(x, mask); }
+  /// x [tokens, hidden]: a padded batch's tokens, packed (PackedTokens::pack).
+  torch::Tensor forward_packed(const torch::Tensor& x, const PackedTokens& packing) {
+    if (x.dim() != 2 || x.size(0) != packing.tokens() || x.size(1) != options.hidden())
+      throw ConfigError("nn::HubEncoderLayer: packed input must be [" + std::to_string(packing.tokens()) + " tokens, " +
+                        std::to_string(options.hidden()) + "], got " + std::to_string(x.dim()) + " dimensions");
+    return layer(x, packing);
   }
 
   HubEncoderLayerOptions options;
@@ -291,6 +322,16 @@ struct HubEncoderLayerImpl : torch::nn::Module {
   torch::nn::LayerNorm attention_norm{nullptr}, output_norm{nullptr};
 
  private:
+  template <class Mask>  // an additive mask tensor, or PackedTokens
+  torch::Tensor layer(const torch::Tensor& x, const Mask& mask) {
+    const double eps = options.layer_norm_eps();
+    if (options.layout() == HubLayout::bert) {
+      const auto h = detail::apply(attention_norm, drop(self_attention(x, mask)) + x, eps);
+      return detail::apply(output_norm, drop(feedforward(h)) + h, eps);
+    }
+    const auto h = drop(self_attention(detail::apply(attention_norm, x, eps), mask)) + x;
+    return drop(feedforward(detail::apply(output_norm, h, eps))) + h;
+  }
   torch::Tensor drop(const torch::Tensor& t) {
     const double p = options.hidden_dropout();
     return p > 0 && is_training() ? at::dropout(t, p, true) : t;
@@ -303,6 +344,13 @@ struct HubEncoderLayerImpl : torch::nn::Module {
     };
     const auto context = attend(split(query), split(key), split(value), mask, options.attention_dropout(), is_training());
     return detail::apply(attention_dense, context.transpose(1, 2).reshape({b, s, options.hidden()}));
+  }
+  torch::Tensor self_attention(const torch::Tensor& x, const PackedTokens& packing) {
+    const auto t = x.size(0), heads = options.heads();
+    const auto split = [&](const torch::nn::Linear& l) { return detail::apply(l, x).view({t, heads, options.hidden() / heads}); };
+    const auto context = attend_packed(split(query), split(key), split(value), packing.offsets, options.attention_dropout(),
+                                       is_training());
+    return detail::apply(attention_dense, context.view({t, options.hidden()}));
   }
   torch::Tensor feedforward(const torch::Tensor& x) {
     auto f = detail::apply(intermediate, x);
