@@ -74,6 +74,7 @@
 #include <dtrain/nn/bert_export.hpp>
 #include <dtrain/nn/encoder.hpp>
 #include <dtrain/nn/loss.hpp>
+#include <dtrain/nn/packed.hpp>
 #include <dtrain/nn/vit.hpp>
 #include <dtrain/nn/resnet.hpp>
 #include <dtrain/evaluation/validation.hpp>

@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
+#include <torch/types.h>
+#include <torch/autograd.h>
 #include <ATen/Parallel.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
-#include <torch/autograd.h>
-#include <torch/types.h>
 
 #include <dtrain/error.hpp>
 
