@@ -41,6 +41,17 @@ std::pair<torch::Tensor, torch::Tensor> batch() {
 
 double largest_difference(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
+// After the same backward through both: the input's and every parameter's gradients agree.
+void check_same_gradients(torch::nn::Module& ours, torch::nn::Module& reference, const torch::Tensor& x_ours,
+                          const torch::Tensor& x_ref) {
+  CHECK(largest_difference(x_ours.grad(), x_ref.grad()) < 1e-5);
+  auto theirs = reference.named_parameters();
+  for (const auto& item : ours.named_parameters()) {
+    INFO(item.key());
+    CHECK(largest_difference(item.value().grad(), theirs[item.key()].grad()) < 1e-4);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("nn::EncoderLayer equals torch::nn::TransformerEncoderLayer with its weights: output and gradients", "[nn]") {
@@ -64,12 +75,7 @@ TEST_CASE("nn::EncoderLayer equals torch::nn::TransformerEncoderLayer with its w
     const auto weight = torch::randn_like(expected);
     (expected * weight).sum().backward();
     (got * weight).sum().backward();
-    CHECK(largest_difference(x_ours.grad(), x_ref.grad()) < 1e-5);
-    auto theirs = reference->named_parameters();
-    for (const auto& item : ours->named_parameters()) {
-      INFO(item.key());
-      CHECK(largest_difference(item.value().grad(), theirs[item.key()].grad()) < 1e-4);
-    }
+    check_same_gradients(*ours, *reference, x_ours, x_ref);
   }
 }
 
@@ -96,12 +102,7 @@ TEST_CASE("nn::Encoder equals torch::nn::TransformerEncoder at the tokens, 0 at 
     const auto weight = torch::randn_like(expected) * tokens.unsqueeze(-1);
     (expected * weight).sum().backward();
     (got * weight).sum().backward();
-    CHECK(largest_difference(x_ours.grad(), x_ref.grad()) < 1e-5);
-    auto theirs = reference->named_parameters();
-    for (const auto& item : ours->named_parameters()) {
-      INFO(item.key());
-      CHECK(largest_difference(item.value().grad(), theirs[item.key()].grad()) < 1e-4);
-    }
+    check_same_gradients(*ours, *reference, x_ours, x_ref);
     reference->zero_grad();
     ours->zero_grad();
   }
