@@ -40,7 +40,10 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TextClassifierConfig, vocab, cla
 struct TextClassifierImpl : torch::nn::Module {
   using Config = TextClassifierConfig;
   explicit TextClassifierImpl(const Config& c) : config(c) {
-    embedding = register_module("embedding", torch::nn::Embedding(torch::nn::EmbeddingOptions(c.vocab, 128).padding_idx(0)));
+    // A sparse gradient: backward writes the rows a batch looked up, ddp<> averages those rows
+    // only, and ctx.step hands Adam the dense gradient they make (the peer's update, exactly).
+    embedding = register_module(
+        "embedding", torch::nn::Embedding(torch::nn::EmbeddingOptions(c.vocab, 128).padding_idx(0).sparse(true)));
     // dtrain's encoder: the peer's layers, named as LibTorch's (so its checkpoints load), from
     // ATen's own ops (include/dtrain/nn/encoder.hpp says what LibTorch's C++ layer costs).
     if (c.transformer)

@@ -213,6 +213,44 @@ int curves() {
   return 0;
 }
 
+// [sparse embeddings]
+// A bag of words: the lookup's gradient is sparse, so backward writes only the rows a batch used
+// and ddp<> averages only those rows over the workers.
+struct BagOfWordsImpl : torch::nn::Module {
+  BagOfWordsImpl(std::int64_t vocab, std::int64_t classes)
+      : embedding(register_module(
+            "embedding", torch::nn::Embedding(torch::nn::EmbeddingOptions(vocab, 64).padding_idx(0).sparse(true)))),
+        head(register_module("head", torch::nn::Linear(64, classes))) {}
+  torch::Tensor forward(const torch::Tensor& ids) { return head(embedding(ids).mean(1)); }
+  torch::nn::Embedding embedding;
+  torch::nn::Linear head;
+};
+TORCH_MODULE(BagOfWords);
+
+int sparse_embeddings() {
+  const dtrain::data::TensorDataset texts(torch::randint(1, 20000, {1024, 32}), torch::randint(0, 4, {1024}));
+  using Trainer = dtrain::Trainer<BagOfWords, dtrain::data::TensorDataset>;
+  Trainer trainer({.num_workers = 2}, {.storage_path = "runs", .name = "bag"});
+  auto result = trainer.fit([&](auto& ctx) {
+    auto model = ctx.prepare_model(BagOfWords(20000, 4));
+    torch::optim::Adam opt(ctx.parameters(model), 1e-3);  // ctx.step lends Adam the dense gradient
+    for (auto epoch : ctx.epochs(2)) {
+      for (const dtrain::data::Batch& batch : ctx.shard(texts, 64)) {
+        opt.zero_grad();
+        ctx.backward(torch::nn::functional::cross_entropy(ctx.forward(model, batch.data), batch.target));
+        ctx.step(opt);
+      }
+      const auto& grad = model->embedding->weight.grad();  // sparse: the rows the last batches used
+      ctx.report({{"epoch", epoch}, {"rows_in_gradient", grad._nnz()}});
+    }
+  });
+  // [sparse embeddings]
+  std::cout << "sparse embeddings: " << result.metrics_history.size() << " reports, "
+            << (result.metrics.at("rows_in_gradient").number() < 20000 ? "fewer rows than the vocabulary" : "every row")
+            << '\n';
+  return 0;
+}
+
 int guide(const std::string& block) {
   fresh_directory("guide_" + block);
   if (block == "trainer") return trainer_and_configuration();
@@ -222,8 +260,9 @@ int guide(const std::string& block) {
   if (block == "preemption") return preemption();
   if (block == "result") return result_without_throw();
   if (block == "curves") return curves();
+  if (block == "sparse") return sparse_embeddings();
   std::cerr << "snippets guide: no block " << block
-            << "; the blocks are trainer, fsdp, checkpoints, evaluation, preemption, result, curves\n";
+            << "; the blocks are trainer, fsdp, checkpoints, evaluation, preemption, result, curves, sparse\n";
   return 2;
 }
 

@@ -41,6 +41,7 @@
 #include <dtrain/launch/group.hpp>
 #include <dtrain/launch/stop.hpp>
 #include <dtrain/metrics.hpp>
+#include <dtrain/precision/dense_gradients.hpp>
 #include <dtrain/result.hpp>
 #include <dtrain/run_directory.hpp>
 #include <dtrain/sampler/cursor.hpp>
@@ -204,8 +205,11 @@ class Context {
   }
 
   /// The optimizer step through the Precision policy; returns false when it skipped the step.
+  /// A sparse gradient (an Embedding made with `.sparse(true)`) steps as the dense gradient it
+  /// equals, with any optimizer (precision/dense_gradients.hpp).
   template <class Optimizer>
   bool step(Optimizer& opt) {
+    const auto dense = dense_gradients_.lend(opt);  // sparse gradients step as their dense equals
     check_optimizer(opt);
     const bool stepped = precision_.step(opt);
     count_step();
@@ -434,6 +438,7 @@ class Context {
   torch::Device device_;
   communicator_type comm_;
   precision_state precision_;
+  precision::dense_gradients dense_gradients_;
   PreparedModels<strategy_state> models_;
   sampler::EpochCursor cursor_;
   tracking::ProgressMeter meter_;

@@ -15,6 +15,9 @@
 //       count: 3 values against 1, gloo_path: a list allgather against a max allreduce, by_host: the
 //       first half of the ranks an allgather, the others ctx.all_reduce(42.0 sum), last_rank: as
 //       allgather_vs_sum with the last rank's allgather); must fail
+//   scenarios embedding --variant sparse|dense [--strategy ddp|fsdp]   an Embedding (made sparse or
+//       not) -> mean -> Linear, Adam; step 4 accumulates a no_sync backward, and under ddp rank 1
+//       leaves the embedding out of step 2; --out saves rank 0's full parameters
 //   scenarios hierarchical                       under a launcher's variables with DTRAIN_HOST_ID faking
 //       hosts: the hierarchical allreduce's results, bitwise, and the other collectives beside it
 
@@ -207,6 +210,72 @@ int run_sharded(const Args& a) {
   return 0;
 }
 
+// The embedding scenario's model: a bag of embeddings, the lookup's gradient sparse or dense.
+struct BagImpl : torch::nn::Module {
+  explicit BagImpl(bool sparse)
+      : embedding(register_module("embedding", torch::nn::Embedding(torch::nn::EmbeddingOptions(64, 8).sparse(sparse)))),
+        head(register_module("head", torch::nn::Linear(8, 10))) {}
+  torch::Tensor forward(const torch::Tensor& ids) { return head(embedding(ids).mean(1)); }
+  torch::nn::Embedding embedding;
+  torch::nn::Linear head;
+};
+TORCH_MODULE(Bag);
+
+template <class BagTrainer>
+int run_embedding(const Args& a) {
+  constexpr bool sharded = !std::is_same_v<typename BagTrainer::policies::strategy, dtrain::strategy::ddp<>>;
+  auto gen = at::detail::createCPUGenerator(99);
+  const dtrain::data::TensorDataset data(at::randint(0, 64, {512, 6}, gen), at::randint(0, 10, {512}, gen));
+  BagTrainer trainer({.num_workers = a.workers, .threads_per_worker = 1},
+                     {.storage_path = a.storage, .name = "embedding_" + a.variant + "_" + a.strategy,
+                      .collective_timeout = std::chrono::seconds(60), .start = dtrain::Start::fresh});
+  const auto result = trainer.fit([&](typename BagTrainer::context& ctx) {
+    torch::manual_seed(ctx.world_rank() + 7);
+    auto model = ctx.prepare_model(Bag(a.variant == "sparse"));
+    torch::optim::Adam adam(ctx.parameters(model), torch::optim::AdamOptions(1e-2));
+    int step = 0;
+    double grad_sparse = 1, rows_reduced = 0;
+    for (auto batch : ctx.shard(data, a.batch)) {
+      auto loss_of = [&] {
+        // Rank 1 leaves the embedding out of step 2: it has no gradient there, rank 0 has one
+        // (under ddp<>: fsdp<> reaches parameters only through ctx.forward).
+        if (!sharded && step == 2 && ctx.world_rank() == 1)
+          return torch::nn::functional::cross_entropy(model->head(torch::zeros({batch.target.size(0), 8})), batch.target);
+        return torch::nn::functional::cross_entropy(ctx.forward(model, batch.data), batch.target);
+      };
+      adam.zero_grad();
+      if (step == 4) {  // a micro-batch accumulated locally first
+        auto guard = ctx.no_sync();
+        ctx.backward(loss_of());
+      }
+      ctx.backward(loss_of());
+      if constexpr (!sharded) {  // fsdp<> keeps the gradients in its flat shards
+        const auto g = model->embedding->weight.grad();
+        grad_sparse = std::min(grad_sparse, g.is_sparse() ? 1.0 : 0.0);
+        if (g.is_sparse()) rows_reduced = std::max(rows_reduced, static_cast<double>(g._nnz()));
+        ctx.step(adam);
+        if (!model->embedding->weight.grad().is_same(g))
+          throw std::runtime_error("ctx.step did not give the gradient back");
+      } else {
+        ctx.step(adam);
+      }
+      if (++step == a.steps) break;
+    }
+    std::vector<torch::Tensor> params;  // rank 0's full parameters
+    for (const auto& kv : ctx.full_state(model))  // a collective under fsdp<>: every rank calls it
+      if (model->named_parameters().contains(kv.key())) params.push_back(kv.value().detach().clone());
+    if (ctx.world_rank() == 0 && !a.out.empty()) torch::save(params, a.out);
+    double checksum = 0;  // under ddp<> every rank holds the whole model: they must agree
+    if constexpr (!sharded)
+      for (const auto& p : model->parameters()) checksum += p.sum().template item<double>();
+    ctx.report({{"ranks_agree", ctx.all_reduce(checksum, dtrain::reduce::max) == ctx.all_reduce(checksum, dtrain::reduce::min)},
+                {"grad_sparse", grad_sparse}, {"rows_reduced", rows_reduced}, {"steps_taken", step}});
+  });
+  std::cout << "RESULT";
+  for (const auto& [k, v] : result.metrics) std::cout << ' ' << k << '=' << v.text();
+  std::cout << std::endl;
+  return 0;
+}
 
 // Ranks that issue different collectives at the same point, as a branch on the rank would: the
 // run must fail naming both calls, never hand one rank the other's bytes. A run that returns
@@ -580,6 +649,9 @@ int main(int argc, char** argv) try {
   if (a.scenario == "graphed_on_cpu") return run_graphed_on_cpu(a);
   if (a.scenario == "hierarchical") return run_hierarchical(a);
   if (a.scenario == "gloo_group") return run_gloo_group(a);
+  if (a.scenario == "embedding")
+    return a.strategy == "fsdp" ? run_embedding<dtrain::Trainer<Bag, dtrain::data::TensorDataset, dtrain::strategy::fsdp<>>>(a)
+                                : run_embedding<dtrain::Trainer<Bag, dtrain::data::TensorDataset>>(a);
   if (a.scenario.rfind("fsdp_", 0) == 0) {
     if (a.scenario == "fsdp_bad_optimizer" || a.strategy == "fsdp") return run_sharded<FsdpTrainer>(a);
     if (a.strategy == "fsdp_grad_op") return run_sharded<FsdpGradOpTrainer>(a);

@@ -105,6 +105,38 @@ TEST_CASE("2 workers give the parameters of 1 worker on the same samples", "[mul
   CHECK(metric(r2.output, "synced_steps") == 6);
 }
 
+TEST_CASE("a sparse embedding trains to the dense one's parameters on 1 and 2 workers, reducing only the rows looked up", "[multirank][ddp][sparse]") {
+  const auto tag = unique_tag();
+  auto params_of = [&](const std::string& variant, int workers, const std::string& strategy) {
+    const fs::path out = fs::temp_directory_path() / (tag + "_" + variant + std::to_string(workers) + strategy + ".pt");
+    auto r = scenario("embedding --variant " + variant + " --workers " + std::to_string(workers) + " --strategy " +
+                          strategy + " --batch 8 --steps 8 --out " + out.string(), tag);
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    CHECK(metric(r.output, "steps_taken") == 8);
+    if (strategy == "ddp") CHECK(metric(r.output, "ranks_agree") == 1);
+    if (variant == "sparse" && strategy == "ddp") {
+      // The gradient stayed sparse through backward and the reduction, and 8 steps of 4 rows
+      // of 6 ids per worker (seeded) never cover the 64-row table.
+      CHECK(metric(r.output, "grad_sparse") == 1);
+      CHECK(metric(r.output, "rows_reduced") > 0);
+      CHECK(metric(r.output, "rows_reduced") < 64);
+    }
+    return load_params(out);
+  };
+  auto same = [](const std::vector<torch::Tensor>& sparse, const std::vector<torch::Tensor>& dense) {
+    REQUIRE(sparse.size() == dense.size());
+    for (std::size_t i = 0; i < sparse.size(); ++i)
+      CHECK(((sparse[i] - dense[i]).abs().max() / dense[i].abs().max()).item<double>() < 1e-5);
+  };
+  for (int workers : {1, 2}) {
+    INFO(workers << " workers under ddp");
+    same(params_of("sparse", workers, "ddp"), params_of("dense", workers, "ddp"));
+  }
+  INFO("2 workers under fsdp: the sparse gradient joins the flat one");
+  same(params_of("sparse", 2, "fsdp"), params_of("dense", 2, "fsdp"));
+}
+
 TEST_CASE("workers started as fresh processes (threads_per_worker > 1) train the same", "[multirank][exec]") {
   const auto tag = unique_tag();
   const fs::path one = fs::temp_directory_path() / (tag + "_1.pt"), two = fs::temp_directory_path() / (tag + "_2.pt");

@@ -15,8 +15,10 @@
 #include <dtrain/policy/category.hpp>
 #include <dtrain/policy/resolve.hpp>
 #include <dtrain/precision/amp.hpp>
+#include <dtrain/precision/dense_gradients.hpp>
 #include <dtrain/precision/fp32.hpp>
 #include <dtrain/precision/grad_scaler.hpp>
+#include <dtrain/precision/optimizer_step.hpp>
 #include <dtrain/sampler/distributed.hpp>
 #include <dtrain/sampler/sequential.hpp>
 #include <dtrain/strategy/ddp.hpp>
@@ -452,4 +454,84 @@ TEST_CASE("precision::amp<bf16, dynamic_loss_scale> scales the loss, trains, and
   CHECK(state.loss_scale() == 32768.0);
   // The gradients the optimizer saw were unscaled: a scaled one would have diverged at once.
   CHECK(std::isfinite(last));
+}
+
+TEST_CASE("dense_gradients lends an optimizer the dense equal of a sparse gradient and gives it back", "[precision][sparse]") {
+  // Two copies of a 6 x 3 table: one steps from sparse gradients lent as dense, the other from the
+  // dense gradients themselves. Values are multiples of 1/4, so every sum is exact and the two
+  // must agree bitwise.
+  auto sparse_p = torch::arange(18, torch::kFloat).reshape({6, 3}).div(8).requires_grad_();
+  auto dense_p = sparse_p.detach().clone().requires_grad_();
+  torch::optim::Adam sparse_opt({sparse_p}, 0.1), dense_opt({dense_p}, 0.1);
+  dtrain::precision::dense_gradients lender;
+  const std::vector<std::vector<std::int64_t>> rows_of_step{{4, 1, 4}, {0, 5}, {2}};  // a repeat; then other rows
+  for (const auto& rows : rows_of_step) {
+    const auto n = static_cast<std::int64_t>(rows.size());
+    const auto values = torch::arange(n * 3, torch::kFloat).reshape({n, 3}).sub(2).div(4);
+    const auto g = torch::sparse_coo_tensor(torch::tensor(rows).unsqueeze(0), values, {6, 3});
+    sparse_p.mutable_grad() = g;
+    dense_p.mutable_grad() = g.to_dense();
+    {
+      const auto lent = lender.lend(sparse_opt);
+      REQUIRE_FALSE(sparse_p.grad().is_sparse());
+      // Rows of the previous step are cleared: only this step's rows hold values.
+      CHECK(torch::equal(sparse_p.grad(), dense_p.grad()));
+      sparse_opt.step();
+    }
+    CHECK(sparse_p.grad().is_same(g));
+    dense_opt.step();
+    CHECK(torch::equal(sparse_p, dense_p));
+  }
+  // A dense gradient is left alone.
+  sparse_p.mutable_grad() = torch::ones({6, 3});
+  const auto before = sparse_p.grad();
+  {
+    const auto lent = lender.lend(sparse_opt);
+    CHECK(sparse_p.grad().is_same(before));
+  }
+}
+
+TEST_CASE("ctx.step's CPU Adam and AdamW, stepped block by block, give opt.step()'s parameters and state bitwise", "[precision][adam]") {
+  // 3 blocks and a ragged tail, and a small tensor; weight decay, amsgrad and AdamW's decoupled
+  // decay each take their own branch.
+  auto params = [] {
+    torch::manual_seed(3);
+    return std::vector<torch::Tensor>{torch::randn({3 * dtrain::precision::detail::adam_block + 123}),
+                                      torch::randn({7, 5})};
+  };
+  auto run = [&](auto make, bool blocked) {
+    auto ps = params();
+    for (auto& p : ps) p.requires_grad_();
+    auto opt = make(ps);
+    for (int step = 0; step < 5; ++step) {
+      for (auto& p : ps) p.mutable_grad() = torch::randn_like(p).mul_(0.1 * (step + 1));
+      if (blocked) {
+        using State = std::conditional_t<std::is_same_v<decltype(opt), torch::optim::Adam>,
+                                         torch::optim::AdamParamState, torch::optim::AdamWParamState>;
+        REQUIRE(dtrain::precision::detail::blockable<State>(opt));  // the blocked path, not opt.step()
+        CHECK_FALSE(dtrain::precision::optimizer_step(opt));       // no fused kernel on the CPU
+      } else {
+        opt.step();
+      }
+    }
+    std::vector<torch::Tensor> out;
+    for (auto& p : ps) out.push_back(p.detach());
+    return std::make_pair(out, opt.state().size());
+  };
+  auto same = [&](auto make) {
+    torch::manual_seed(11);
+    const auto [plain, plain_states] = run(make, false);
+    torch::manual_seed(11);
+    const auto [blocked, blocked_states] = run(make, true);
+    CHECK(plain_states == blocked_states);
+    for (std::size_t i = 0; i < plain.size(); ++i) CHECK(torch::equal(plain[i], blocked[i]));
+  };
+  same([](std::vector<torch::Tensor> ps) { return torch::optim::Adam(ps, torch::optim::AdamOptions(1e-2)); });
+  same([](std::vector<torch::Tensor> ps) {
+    return torch::optim::Adam(ps, torch::optim::AdamOptions(1e-2).weight_decay(0.01).amsgrad(true));
+  });
+  same([](std::vector<torch::Tensor> ps) { return torch::optim::AdamW(ps, torch::optim::AdamWOptions(1e-2)); });
+  same([](std::vector<torch::Tensor> ps) {
+    return torch::optim::AdamW(ps, torch::optim::AdamWOptions(1e-2).weight_decay(0.05).amsgrad(true));
+  });
 }

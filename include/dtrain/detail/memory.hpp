@@ -20,7 +20,9 @@ DTRAIN_NAMESPACE_BEGIN
 namespace detail {
 
 inline std::int64_t bytes_of(const torch::Tensor& t) {
-  return t.defined() ? t.numel() * static_cast<std::int64_t>(t.element_size()) : 0;
+  if (!t.defined()) return 0;
+  if (t.is_sparse()) return bytes_of(t._indices()) + bytes_of(t._values());
+  return t.numel() * static_cast<std::int64_t>(t.element_size());
 }
 
 /// Bytes of the tensors an optimizer keeps per parameter (Adam's two moments, SGD's momentum...).

@@ -3,8 +3,9 @@
 // The optimizer step behind ctx.step(opt). torch::optim::SGD, Adam and AdamW whose parameters sit
 // on one CUDA device take ATen's fused multi-tensor kernels (_fused_sgd_, _fused_adam_,
 // _fused_adamw_; LibTorch 2.3 and later): a few launches for the whole model where opt.step()
-// launches several per parameter. Python's `fused=True`. Every other optimizer, device, layout or
-// LibTorch steps through opt.step().
+// launches several per parameter. Python's `fused=True`. Adam and AdamW on the CPU step block by
+// block, in cache (blocked_adam.hpp; bitwise opt.step()'s). Every other optimizer, device, layout
+// or LibTorch steps through opt.step().
 //
 // The fused path reads and writes the optimizer's own state (momentum buffers; Adam's moments and
 // step counts) in place, created as opt.step() creates it, so state_dict, checkpoints and a later
@@ -26,6 +27,7 @@
 #include <torch/utils.h>
 
 #include <dtrain/detail/torch_compat.hpp>
+#include <dtrain/precision/blocked_adam.hpp>
 
 #if DTRAIN_TORCH_AT_LEAST(2, 3)  // compat::fused_optimizers
 #include <ATen/ops/_fused_adam.h>
@@ -60,12 +62,6 @@ inline bool fusable(torch::optim::Optimizer& opt) {
       else if (p.device() != *device || p.scalar_type() != *dtype) return false;
     }
   return device.has_value();
-}
-
-template <class State>
-State* find_state(torch::optim::Optimizer& opt, const at::Tensor& p) {
-  auto it = opt.state().find(compat::optimizer_state_key(p));
-  return it == opt.state().end() ? nullptr : static_cast<State*>(it->second.get());
 }
 
 inline void fused_sgd(torch::optim::SGD& opt) {
@@ -113,18 +109,7 @@ void fused_adam(Optimizer& opt, bool decoupled_weight_decay) {
     std::map<std::int64_t, Lists> by_step;
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
-      auto* state = find_state<State>(opt, p);
-      if (state == nullptr) {
-        auto fresh = std::make_unique<State>();
-        fresh->step(0);
-        fresh->exp_avg(torch::zeros_like(p, at::MemoryFormat::Contiguous));
-        fresh->exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Contiguous));
-        if (o.amsgrad()) fresh->max_exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Contiguous));
-        state = fresh.get();
-        opt.state()[compat::optimizer_state_key(p)] = std::move(fresh);
-      }
-      if (o.amsgrad() && !state->max_exp_avg_sq().defined())
-        state->max_exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Contiguous));
+      auto* state = &adam_state<State>(opt, p, o.amsgrad());  // contiguous, as p is
       // A state restored from elsewhere may be strided differently: the kernel needs contiguous.
       if (!state->exp_avg().is_contiguous()) state->exp_avg(state->exp_avg().contiguous());
       if (!state->exp_avg_sq().is_contiguous()) state->exp_avg_sq(state->exp_avg_sq().contiguous());
@@ -159,7 +144,8 @@ void fused_adam(Optimizer& opt, bool decoupled_weight_decay) {
 
 /// One optimizer step as ctx.step takes it: fused kernels where the optimizer is exactly
 /// torch::optim::SGD, Adam or AdamW (not a subclass, whose step() may differ) and its parameters
-/// can take them; opt.step() otherwise. Returns whether it fused.
+/// can take them; Adam and AdamW over CPU parameters block by block; opt.step() otherwise.
+/// Returns whether it took the fused kernels.
 template <class Optimizer>
 bool optimizer_step(Optimizer& opt) {
 #if DTRAIN_TORCH_AT_LEAST(2, 3)  // compat::fused_optimizers
@@ -182,6 +168,16 @@ bool optimizer_step(Optimizer& opt) {
     }
   }
 #endif
+  if constexpr (std::is_same_v<Optimizer, torch::optim::Adam> || std::is_same_v<Optimizer, torch::optim::AdamW>) {
+    using State = std::conditional_t<std::is_same_v<Optimizer, torch::optim::Adam>, torch::optim::AdamParamState,
+                                     torch::optim::AdamWParamState>;
+    using Options = std::conditional_t<std::is_same_v<Optimizer, torch::optim::Adam>, torch::optim::AdamOptions,
+                                       torch::optim::AdamWOptions>;
+    if (typeid(opt) == typeid(Optimizer) && detail::blockable<State>(opt)) {
+      detail::blocked_adam<Optimizer, Options, State>(opt, std::is_same_v<Optimizer, torch::optim::AdamW>);
+      return false;
+    }
+  }
   opt.step();
   return false;
 }

@@ -2,6 +2,7 @@
 #pragma once
 // strategy::ddp<>: data parallelism with bucketed gradient allreduce overlapped with backward.
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 #include <dtrain/policy/category.hpp>
 #include <dtrain/strategy/assignment.hpp>
 #include <dtrain/strategy/detail/gradient_hooks.hpp>
+#include <dtrain/strategy/detail/row_sparse.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -54,6 +56,10 @@ struct DdpStats {
 ///   synchronised backward rank 0's floating-point buffers are broadcast to all, so every rank (and
 ///   any checkpoint) holds rank 0's statistics, as PyTorch's broadcast_buffers=True gives.
 ///   Integer buffers (num_batches_tracked) advance identically on every rank and are left alone.
+/// - The weight of an Embedding or EmbeddingBag made with `.sparse(true)` stays out of the
+///   buckets: its sparse gradient is averaged over the union of the rows some rank looked up, at
+///   the end of backward, and stays sparse (see detail/row_sparse.hpp). ctx.step hands the
+///   optimizer its dense equal, so Adam steps it as it would the dense layer's.
 template <std::int64_t FirstBucketBytes = default_first_bucket_bytes,
           std::int64_t BucketBytesCap = default_bucket_bytes_cap>
 struct ddp {
@@ -92,7 +98,8 @@ struct ddp {
       explicit impl(Communicator& c) : comm(c) {}
       Communicator& comm;
       std::weak_ptr<impl> self;
-      std::vector<torch::Tensor> params;
+      std::vector<torch::Tensor> params;  // dense: in the buckets
+      std::vector<torch::Tensor> row_sparse;  // hooked after `params`, reduced row by row
       detail::gradient_hooks<impl> hooks;
       std::vector<std::size_t> bucket_of, slot_in_bucket;
       std::vector<bool> ready;
@@ -104,13 +111,21 @@ struct ddp {
       DdpStats stats;
 
       void setup(torch::nn::Module& module) {
+        row_sparse = detail::row_sparse_parameters(module);
+        auto is_row_sparse = [&](const torch::Tensor& p) {
+          for (const auto& r : row_sparse)
+            if (r.is_same(p)) return true;
+          return false;
+        };
         for (auto& p : module.parameters())
-          if (p.requires_grad()) params.push_back(p);
+          if (p.requires_grad() && !is_row_sparse(p)) params.push_back(p);
         detail::broadcast_state(module, comm);
         if (comm.size() == 1) return;  // nothing to synchronise
         buffers = dtrain::detail::buffer_sync(module);
         build_buckets();
-        hooks.install(self, params);
+        auto hooked = params;
+        hooked.insert(hooked.end(), row_sparse.begin(), row_sparse.end());
+        hooks.install(self, hooked);
       }
 
       // Points .grad of parameter k at its slot; the deleter keeps the bucket's memory alive for as
@@ -133,6 +148,7 @@ struct ddp {
         bucket_of.assign(params.size(), 0);
         slot_in_bucket.assign(params.size(), 0);
         ready.assign(params.size(), false);
+        if (params.empty()) return;
         for (auto& g : bucket_assignment(params, FirstBucketBytes, BucketBytesCap)) {
           bucket b;
           std::int64_t numel = 0;
@@ -162,15 +178,14 @@ struct ddp {
       }
 
       void on_grad_ready(std::size_t k) {
-        if (!sync || ready[k]) return;
+        if (!sync) return;
         hooks.queue_finish();
+        if (k >= params.size() || ready[k]) return;  // a row-sparse one: reduced at the end
         ready[k] = true;
         --grads_pending;
         if (!aliased(k)) {
           torch::NoGradGuard no_grad;
-          const auto& g = params[k].grad();
-          if (g.defined()) slot(k).copy_(g.reshape({-1}));
-          else slot(k).zero_();
+          detail::write_grad(slot(k), params[k].grad(), params[k].sizes());
           alias_grad(k);
         }
         --buckets[bucket_of[k]].pending;
@@ -198,7 +213,10 @@ struct ddp {
             --buckets[bucket_of[k]].pending;
           }
         launch_ready_buckets();
-        stats.allreduce_wait_s += detail::wait_for_gradients(buckets, &bucket::work, buffers, comm);
+        const auto t0 = std::chrono::steady_clock::now();
+        for (auto& p : row_sparse) detail::allreduce_rows(comm, p);
+        stats.allreduce_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() +
+                                  detail::wait_for_gradients(buckets, &bucket::work, buffers, comm);
         ++stats.synced_steps;
         for (auto& b : buckets) b.pending = static_cast<int>(b.params.size());
         std::fill(ready.begin(), ready.end(), false);

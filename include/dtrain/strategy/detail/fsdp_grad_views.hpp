@@ -9,6 +9,7 @@
 #include <torch/types.h>
 
 #include <dtrain/strategy/detail/flat_storage.hpp>
+#include <dtrain/strategy/detail/gradient_hooks.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -48,7 +49,7 @@ void prepare_grads(Sharded& s) {
       if (grad_aliased(s, k)) continue;
       auto& g = s.params[k].mutable_grad();
       auto slot = grad_slot(s, u, k);
-      if (g.defined()) slot.copy_(g.reshape({-1}));
+      if (g.defined()) write_grad(slot, g, s.shapes[k]);
       g = slot.view(s.shapes[k]);
     }
   }
@@ -63,8 +64,7 @@ void take_grad(Sharded& s, std::size_t k) {
   if (!grad_aliased(s, k)) {
     auto& g = s.params[k].mutable_grad();
     auto slot = grad_slot(s, u, k);
-    if (g.defined()) slot.copy_(g.reshape({-1}));
-    else slot.zero_();
+    write_grad(slot, g, s.shapes[k]);
     g = slot.view(s.shapes[k]);
   }
   --u.pending;

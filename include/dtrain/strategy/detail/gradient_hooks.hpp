@@ -97,6 +97,19 @@ class gradient_hooks {
   bool queued_ = false;
 };
 
+/// A gradient copied into its flat slot in a bucket or unit: zeros where it is undefined, and a
+/// sparse one (an Embedding made with `.sparse(true)`) added to zeros.
+inline void write_grad(torch::Tensor slot, const torch::Tensor& g, at::IntArrayRef sizes) {
+  if (!g.defined()) {
+    slot.zero_();
+  } else if (g.is_sparse()) {
+    slot.zero_();
+    slot.view(sizes).add_(g);
+  } else {
+    slot.copy_(g.reshape({-1}));
+  }
+}
+
 /// The end of a synchronised backward: rank 0's floating-point buffers are broadcast while the
 /// gradients' collectives (`work_of(item)` for each of `items`, launched during backward) finish;
 /// waits for all of them and writes the buffers back. Returns the seconds spent waiting.
