@@ -5,22 +5,34 @@
 //
 // Why: a language model's logits ([tokens, vocabulary]) are its largest activation. Written as in
 // Python, the fp32 copy is one pass that reads the half logits and writes twice their bytes, the
-// log-softmax reads it again, and backward casts the fp32 gradient back: passes over the largest
-// tensor that do no arithmetic, and an fp32 copy held at the forward's peak. For fp16 logits on
-// CUDA, ATen's log-softmax reads them and writes fp32 log-probabilities itself (its half_to_float
-// mode) and its backward writes the fp16 gradient, so those passes and that copy go. ATen's kernel
-// takes fp16 only (bf16 is refused: "conversion is supported for Half type only", seen on an H200
-// with torch 2.11), so bf16 logits, and any logits on the CPU, take the copying form. The
-// arithmetic is fp32's either way; results equal the copying form's within rounding (the row is
-// summed in another order), not bitwise.
+// log-softmax reads it and writes fp32 log-probabilities, and backward writes an fp32 gradient,
+// reads it twice and casts it back: passes over the largest tensor that do no arithmetic, and fp32
+// copies held at the forward's peak. For fp16 and bf16 logits on CUDA, two kernels do the work
+// (detail/cross_entropy_cuda.hpp): forward reads each row once and keeps its max and log-sum-exp,
+// backward reads it again and writes the gradient in the logits' dtype. The arithmetic is fp32's;
+// results equal the copying form's within rounding (the row is summed in another order), not
+// bitwise. Elsewhere (the CPU, fp32 logits, a machine whose NVRTC cannot compile the kernels) the
+// copying form runs. The CUDA kernels have no second derivative (backward with create_graph throws),
+// and a target outside [0, classes) makes the loss NaN rather than stopping the device as ATen's
+// kernel does.
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include <torch/nn/functional/loss.h>
 #include <torch/types.h>
 
+#include <dtrain/detail/cuda.hpp>
 #include <dtrain/error.hpp>
+// CMake's dtrain target defines DTRAIN_WITH_NVRTC=1 and links NVRTC where CUDA 12's is found; a build
+// without CMake defines it and links libnvrtc itself, or leaves it undefined for the copying form.
+#if DTRAIN_WITH_CUDA && defined(DTRAIN_WITH_NVRTC) && DTRAIN_WITH_NVRTC
+#define DTRAIN_FUSED_CROSS_ENTROPY 1
+#include <dtrain/nn/detail/cross_entropy_cuda.hpp>
+#else
+#define DTRAIN_FUSED_CROSS_ENTROPY 0
+#endif
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -37,10 +49,9 @@ inline torch::Tensor cross_entropy_fp32(const torch::Tensor& logits, const torch
                       c10::str(target.sizes()) +
                       ". A sequence model's logits [B, S, classes] go in as logits.reshape({-1, logits.size(-1)}) "
                       "with target.reshape({-1})");
-  if (logits.scalar_type() == torch::kHalf && logits.is_cuda()) {
-    const auto log_probs = at::_log_softmax(logits, /*dim=*/1, /*half_to_float=*/true);
-    return at::nll_loss(log_probs, target, /*weight=*/{}, at::Reduction::Mean, ignore_index);
-  }
+#if DTRAIN_FUSED_CROSS_ENTROPY
+  if (auto fused = detail::fused_cross_entropy_fp32(logits, target, ignore_index)) return *std::move(fused);
+#endif
   return torch::nn::functional::cross_entropy(
       logits.to(torch::kFloat), target, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(ignore_index));
 }
