@@ -8,7 +8,7 @@
 // gradient in the logits' dtype. The fp32 log-probabilities and their fp32 gradient, which
 // Python's `F.cross_entropy(logits.float(), y)` writes and reads over the largest activation of a
 // language model, never exist. This header needs NVRTC alone (no LibTorch), so that
-// tests/cuda/nvrtc_check.cpp compiles the kernels on a machine without a GPU.
+// tests/cuda/nvrtc_kernels.cpp compiles the kernels on a machine without a GPU.
 
 #include <cstddef>
 #include <stdexcept>
