@@ -514,8 +514,19 @@ TEST_CASE("ctx.step's CPU Adam and AdamW, stepped block by block, give opt.step(
         opt.step();
       }
     }
+    // Parameters, then each one's state: step count, moments and amsgrad's maximum.
+    using State = std::conditional_t<std::is_same_v<decltype(opt), torch::optim::Adam>,
+                                     torch::optim::AdamParamState, torch::optim::AdamWParamState>;
     std::vector<torch::Tensor> out;
     for (auto& p : ps) out.push_back(p.detach());
+    for (auto& p : ps) {
+      const auto* state = dtrain::precision::detail::find_state<State>(opt, p);
+      REQUIRE(state != nullptr);
+      out.push_back(torch::tensor(state->step()));
+      out.push_back(state->exp_avg());
+      out.push_back(state->exp_avg_sq());
+      if (state->max_exp_avg_sq().defined()) out.push_back(state->max_exp_avg_sq());
+    }
     return std::make_pair(out, opt.state().size());
   };
   auto same = [&](auto make) {
@@ -524,6 +535,7 @@ TEST_CASE("ctx.step's CPU Adam and AdamW, stepped block by block, give opt.step(
     torch::manual_seed(11);
     const auto [blocked, blocked_states] = run(make, true);
     CHECK(plain_states == blocked_states);
+    REQUIRE(plain.size() == blocked.size());
     for (std::size_t i = 0; i < plain.size(); ++i) CHECK(torch::equal(plain[i], blocked[i]));
   };
   same([](std::vector<torch::Tensor> ps) { return torch::optim::Adam(ps, torch::optim::AdamOptions(1e-2)); });
