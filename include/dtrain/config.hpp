@@ -32,22 +32,7 @@ struct ScalingConfig {
   /// checkpoint: its ranks stop right after that checkpoint and num_workers resume from it (>= 1).
   int regrow_after_checkpoints = 2;
 
-  void validate() const {
-    if (num_workers < 1)
-      throw ConfigError("ScalingConfig::num_workers is " + std::to_string(num_workers) +
-                        "; it must be at least 1");
-    if (min_workers && (*min_workers < 1 || *min_workers > num_workers))
-      throw ConfigError("ScalingConfig::min_workers is " + std::to_string(*min_workers) + " with num_workers " +
-                        std::to_string(num_workers) + "; set 1 <= min_workers <= num_workers (num_workers is the "
-                        "most workers, min_workers the fewest an elastic run continues with), or leave it unset "
-                        "for a fixed size");
-    if (regrow_after_checkpoints < 1)
-      throw ConfigError("ScalingConfig::regrow_after_checkpoints is " + std::to_string(regrow_after_checkpoints) +
-                        "; it must be at least 1 (the checkpoints a smaller group writes before it grows back)");
-    if (threads_per_worker < 1)
-      throw ConfigError("ScalingConfig::threads_per_worker is " + std::to_string(threads_per_worker) +
-                        "; it must be at least 1");
-  }
+  void validate() const;
 
   /// The fewest workers the run continues with: min_workers, or num_workers when it is unset.
   int minimum_workers() const { return min_workers.value_or(num_workers); }
@@ -119,27 +104,7 @@ struct FailureConfig {
   /// RunConfig::collective_timeout; see docs/multi-host.md, "Workers that make no progress".
   std::chrono::milliseconds progress_timeout = std::chrono::milliseconds(0);
 
-  void validate() const {
-    if (max_failures < -1)
-      throw ConfigError("FailureConfig::max_failures is " + std::to_string(max_failures) +
-                        "; use -1 (unlimited), 0 (no restarts) or a positive count");
-    if (stop_grace.count() < 0 || stop_poll.count() <= 0)
-      throw ConfigError("FailureConfig: stop_grace must be zero or positive and stop_poll positive (stop_grace " +
-                        std::to_string(stop_grace.count()) + " ms, stop_poll " + std::to_string(stop_poll.count()) +
-                        " ms)");
-    if (restart_backoff.count() < 0 || restart_backoff_max < restart_backoff)
-      throw ConfigError("FailureConfig: restart_backoff must be >= 0 and restart_backoff_max >= restart_backoff");
-    if (heartbeat_timeout.count() < 0)
-      throw ConfigError("FailureConfig::heartbeat_timeout is " + std::to_string(heartbeat_timeout.count()) +
-                        " ms; use 0 (off) or a positive time");
-    if (progress_timeout.count() < 0)
-      throw ConfigError("FailureConfig::progress_timeout is " + std::to_string(progress_timeout.count()) +
-                        " ms; use 0 (off) or a positive time, longer than the train loop's longest stretch "
-                        "without a batch, collective or report");
-    if (max_repeated_failures < 0)
-      throw ConfigError("FailureConfig::max_repeated_failures is " + std::to_string(max_repeated_failures) +
-                        "; use 0 (never stop on repeats) or a positive count");
-  }
+  void validate() const;
 };
 
 /// How much rank 0 prints while it trains (RunConfig::progress).
@@ -162,13 +127,7 @@ struct ProgressConfig {
   /// Whatever the verbosity; 0 records nothing. No collective: other ranks do nothing.
   std::int64_t record_every = 10;
 
-  void validate() const {
-    if (interval.count() <= 0 || refresh.count() <= 0)
-      throw ConfigError("ProgressConfig: interval and refresh must be positive durations");
-    if (record_every < 0)
-      throw ConfigError("ProgressConfig::record_every is " + std::to_string(record_every) +
-                        "; use a number of optimizer steps, or 0 to record no step history");
-  }
+  void validate() const;
 };
 
 /// What fit() does with a run directory an earlier run of the same name left (RunConfig::start).
@@ -222,16 +181,11 @@ struct RunConfig {
 
   std::filesystem::path path() const { return storage_path / name; }
 
-  void validate() const {
-    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
-      throw ConfigError("RunConfig::name \"" + name +
-                        "\" must be a single, non-empty directory name (no '/')");
-    if (rendezvous_timeout.count() <= 0 || collective_timeout.count() <= 0)
-      throw ConfigError("RunConfig: rendezvous_timeout and collective_timeout must be positive");
-    checkpoint.validate();
-    failure.validate();
-    progress.validate();
-  }
+  void validate() const;
 };
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/impl/config.ipp>
+#endif

@@ -43,32 +43,18 @@ inline std::atomic<bool>& freed_memory_chosen() {
 /// other values, or for the driver's own work. The process then keeps up to `trim_threshold` of
 /// freed memory; its peak use does not grow. Returns false where the C library is not glibc
 /// (nothing changed) or glibc refused a value.
-inline bool retain_freed_memory(std::size_t mmap_threshold = default_mmap_threshold_bytes,
-                                std::size_t trim_threshold = default_trim_threshold_bytes) {
-  detail::freed_memory_chosen() = true;
-#if defined(__GLIBC__)
-  // Setting either value also turns off glibc's dynamic threshold, which would otherwise lower the
-  // trim threshold back to twice the largest block freed so far.
-  const bool mmap_ok = mallopt(M_MMAP_THRESHOLD, static_cast<int>(mmap_threshold)) == 1;
-  const bool trim_ok = mallopt(M_TRIM_THRESHOLD, static_cast<int>(trim_threshold)) == 1;
-  return mmap_ok && trim_ok;
-#else
-  (void)mmap_threshold;
-  (void)trim_threshold;
-  return false;
-#endif
-}
+bool retain_freed_memory(std::size_t mmap_threshold = default_mmap_threshold_bytes,
+                                std::size_t trim_threshold = default_trim_threshold_bytes);
 
 /// What fit() calls in each worker: retain_freed_memory() with the defaults, unless this process
 /// called retain_freed_memory() already or GLIBC_TUNABLES sets glibc.malloc.* (the user's choice
 /// wins). Without it an evaluation under NoGradGuard, which frees each layer's output at once,
 /// page-faulted its activations in again every batch: the Fashion-MNIST example's evaluation of
 /// its best checkpoint took 20-57 s on 2 workers of the loaded 2-core machine instead of 2-3 s.
-inline void retain_freed_memory_by_default() {
-  if (detail::freed_memory_chosen()) return;
-  if (const char* tunables = std::getenv("GLIBC_TUNABLES"); tunables && std::strstr(tunables, "glibc.malloc."))
-    return;
-  retain_freed_memory();
-}
+void retain_freed_memory_by_default();
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/impl/memory.ipp>
+#endif

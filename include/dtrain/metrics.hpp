@@ -38,16 +38,9 @@ class Metric {
   bool is_integer() const { return std::holds_alternative<std::int64_t>(value_); }
 
   /// The value as a real number; throws ConfigError for text.
-  double number() const {
-    if (auto* i = std::get_if<std::int64_t>(&value_)) return static_cast<double>(*i);
-    if (auto* d = std::get_if<double>(&value_)) return *d;
-    throw ConfigError("metric holds text \"" + std::get<std::string>(value_) + "\", not a number");
-  }
+  double number() const;
   /// The value as text, as it is written to CSV.
-  std::string text() const {
-    if (auto* s = std::get_if<std::string>(&value_)) return *s;
-    return nlohmann::json(*this).dump();
-  }
+  std::string text() const;
 
   const std::variant<std::int64_t, double, std::string>& value() const { return value_; }
   friend bool operator==(const Metric&, const Metric&) = default;
@@ -72,25 +65,13 @@ class Metric {
 using Metrics = std::map<std::string, Metric, std::less<>>;
 
 /// `metrics` as one line of text: "loss=0.41235, epoch=2" (reals to 5 significant digits).
-inline std::string metrics_line(const Metrics& metrics) {
-  std::string line;
-  for (const auto& [k, v] : metrics) {
-    if (!line.empty()) line += ", ";
-    line += k + "=";
-    if (v.is_number() && !v.is_integer()) {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%.5g", v.number());
-      line += buf;
-    } else {
-      line += v.text();
-    }
-  }
-  return line;
-}
+std::string metrics_line(const Metrics& metrics);
 
 /// Seconds since the Unix epoch, as the metrics rows' `timestamp` holds them.
-inline double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double unix_now();
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/impl/metrics.ipp>
+#endif

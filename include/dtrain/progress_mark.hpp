@@ -25,14 +25,7 @@ struct ProgressPoint {
   std::int64_t after = 0;             // unlabelled marks (collectives issued or completed) since
 
   /// E.g. "batch #12 of an epoch (ctx.shard), then 3 collectives issued or completed".
-  std::string describe() const {
-    std::string s = where;
-    const auto hash = s.find('#');
-    if (hash != std::string::npos && number >= 0) s.insert(hash + 1, std::to_string(number));
-    if (after > 0)
-      s += ", then " + std::to_string(after) + (after == 1 ? " collective issued or completed" : " collectives issued or completed");
-    return s;
-  }
+  std::string describe() const;
 };
 
 namespace detail {
@@ -52,12 +45,7 @@ inline void note_progress() noexcept { progress_count.fetch_add(1, std::memory_o
 /// string literal); a '#' in it is followed by `number` when described ("report() call #").
 /// The train loop may call it too, for a long stretch of its own with no batch, collective or
 /// report (an evaluation over plain tensors), so that FailureConfig::progress_timeout sees it busy.
-inline void mark_progress(const char* where, std::int64_t number = -1) noexcept {
-  detail::progress_where.store(where, std::memory_order_relaxed);
-  detail::progress_number.store(number, std::memory_order_relaxed);
-  const auto count = detail::progress_count.fetch_add(1, std::memory_order_release) + 1;
-  detail::progress_labelled.store(count, std::memory_order_relaxed);
-}
+void mark_progress(const char* where, std::int64_t number = -1) noexcept;
 
 /// Counts one collective issued through this process's communicator (backend::gloo's and
 /// backend::nccl's public calls, the ones every rank issues in the same order). Each rank's
@@ -70,13 +58,10 @@ inline std::int64_t collectives_issued() noexcept { return detail::collective_co
 
 /// The last point marked. Read by another thread while marks go on, `where` and `number` may come
 /// from neighbouring marks; once the worker stands still they are its last.
-inline ProgressPoint last_progress() noexcept {
-  ProgressPoint p;
-  p.count = detail::progress_count.load(std::memory_order_acquire);
-  p.where = detail::progress_where.load(std::memory_order_relaxed);
-  p.number = detail::progress_number.load(std::memory_order_relaxed);
-  p.after = std::max<std::int64_t>(0, p.count - detail::progress_labelled.load(std::memory_order_relaxed));
-  return p;
-}
+ProgressPoint last_progress() noexcept;
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/impl/progress_mark.ipp>
+#endif

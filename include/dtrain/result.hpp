@@ -27,15 +27,7 @@ DTRAIN_NAMESPACE_BEGIN
 namespace detail {
 /// The JSON in `path`, or `fallback` when the file is absent. A file that is there but is not
 /// JSON throws Error naming it.
-inline nlohmann::json read_json(const std::filesystem::path& path, nlohmann::json fallback = nullptr) {
-  std::ifstream in(path);
-  if (!in) return fallback;
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    throw Error(path.string() + ": not valid JSON (" + e.what() + "); was it cut short?");
-  }
-}
+nlohmann::json read_json(const std::filesystem::path& path, nlohmann::json fallback = nullptr);
 }  // namespace detail
 
 /// Every report() of rank 0, in order: a table whose rows are Metrics and whose columns are the
@@ -52,89 +44,24 @@ class MetricsHistory {
   void push_back(Metrics m) { rows_.push_back(std::move(m)); }
 
   /// Column names, sorted, the union over all rows.
-  std::vector<std::string> columns() const {
-    std::set<std::string> names;
-    for (const auto& r : rows_)
-      for (const auto& [k, v] : r) names.insert(k);
-    return {names.begin(), names.end()};
-  }
+  std::vector<std::string> columns() const;
 
   /// One column as numbers; rows without it give NaN.
-  std::vector<double> column(std::string_view name) const {
-    std::vector<double> out;
-    out.reserve(rows_.size());
-    for (const auto& r : rows_) {
-      auto it = r.find(name);
-      out.push_back(it == r.end() || !it->second.is_number() ? std::numeric_limits<double>::quiet_NaN()
-                                                            : it->second.number());
-    }
-    return out;
-  }
+  std::vector<double> column(std::string_view name) const;
 
   /// Reads a JSON Lines file written by append_jsonl; a missing file is an empty history.
-  static MetricsHistory read_jsonl(const std::filesystem::path& path) {
-    MetricsHistory h;
-    std::ifstream in(path);
-    std::string line;
-    for (std::size_t n = 1; std::getline(in, line); ++n) {
-      if (line.empty()) continue;
-      try {
-        h.rows_.push_back(nlohmann::json::parse(line).get<Metrics>());
-      } catch (const std::exception& e) {  // not JSON, or a value that is not a metric
-        throw Error(path.string() + ":" + std::to_string(n) + ": not a metrics row (" + e.what() + ")");
-      }
-    }
-    return h;
-  }
+  static MetricsHistory read_jsonl(const std::filesystem::path& path);
 
   /// Cuts a JSON Lines history back to the rows whose `column` (metrics.jsonl's "iteration",
   /// steps.jsonl's "step") is at most `last` (a resumed run continues after its checkpoint); with
   /// none left the file is removed.
-  static void truncate_jsonl(const std::filesystem::path& path, std::string_view column, std::int64_t last) {
-    MetricsHistory kept;
-    const auto history = read_jsonl(path);  // a range-for over read_jsonl(path).rows() would dangle
-    if (last > 0)
-      for (const auto& row : history.rows()) {
-        auto it = row.find(column);
-        if (it != row.end() && it->second.is_number() && it->second.number() <= static_cast<double>(last))
-          kept.push_back(row);
-      }
-    std::error_code ec;
-    const auto tmp = path.string() + ".tmp";
-    std::filesystem::remove(tmp, ec);
-    for (const auto& row : kept.rows()) append_jsonl(tmp, row);
-    if (kept.empty()) std::filesystem::remove(path, ec);
-    else std::filesystem::rename(tmp, path);
-  }
+  static void truncate_jsonl(const std::filesystem::path& path, std::string_view column, std::int64_t last);
 
-  static void append_jsonl(const std::filesystem::path& path, const Metrics& row) {
-    std::ofstream out(path, std::ios::app);
-    out << nlohmann::json(row).dump() << '\n';
-    if (!out) throw Error(path.string() + ": cannot append a metrics row (disk full or read-only?)");
-  }
+  static void append_jsonl(const std::filesystem::path& path, const Metrics& row);
 
   /// Writes the table as CSV: a header of columns(), then one line per row, empty where a row lacks
   /// a column. Text is quoted when it holds a comma, a quote or a line break.
-  void write_csv(const std::filesystem::path& path) const {
-    const auto cols = columns();
-    std::ofstream out(path, std::ios::trunc);
-    auto quoted = [](const std::string& s) {
-      if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-      std::string q = "\"";
-      for (char c : s) q += (c == '"' ? std::string("\"\"") : std::string(1, c));
-      return q + "\"";
-    };
-    for (std::size_t i = 0; i < cols.size(); ++i) out << (i ? "," : "") << quoted(cols[i]);
-    out << '\n';
-    for (const auto& r : rows_) {
-      for (std::size_t i = 0; i < cols.size(); ++i) {
-        if (i) out << ',';
-        if (auto it = r.find(cols[i]); it != r.end()) out << quoted(it->second.text());
-      }
-      out << '\n';
-    }
-    if (!out) throw Error(path.string() + ": cannot write the metrics table");
-  }
+  void write_csv(const std::filesystem::path& path) const;
 
  private:
   std::vector<Metrics> rows_;
@@ -153,19 +80,7 @@ struct Evaluation {
   std::string checkpoint;
 
   /// The evaluations of evaluations.json's "evaluations" array (`source` names it in errors).
-  static std::vector<Evaluation> from_json(const nlohmann::json& list, const std::string& source) {
-    std::vector<Evaluation> out;
-    try {
-      for (const auto& e : list)
-        out.push_back({e.at("name").get<std::string>(), e.at("metrics").get<Metrics>(),
-                       e.value("class_names", std::vector<std::string>{}),
-                       e.value("confusion_matrix", std::vector<std::vector<std::int64_t>>{}),
-                       e.value("checkpoint", std::string())});
-    } catch (const std::exception& e) {
-      throw Error(source + ": not an evaluations file (" + e.what() + ")");
-    }
-    return out;
-  }
+  static std::vector<Evaluation> from_json(const nlohmann::json& list, const std::string& source);
 };
 
 /// A checkpoint directory: path(), metrics(), load_model(module), restore(model, optimizer).
@@ -197,14 +112,7 @@ struct GroupStart {
   std::string reason;
 
   /// The groups of outcome.json's "groups" array (absent in older files: none).
-  static std::vector<GroupStart> list_from_json(const nlohmann::json& list) {
-    std::vector<GroupStart> out;
-    if (!list.is_array()) return out;
-    for (const auto& g : list)
-      out.push_back({g.value("attempt", 0), g.value("world_size", 0), g.value("step", std::int64_t{0}),
-                     g.value("reason", std::string())});
-    return out;
-  }
+  static std::vector<GroupStart> list_from_json(const nlohmann::json& list);
 };
 
 /// A run directory's files, read once: for the Result and for the Tracker alike.
@@ -217,21 +125,7 @@ struct RunFiles {
   std::vector<Checkpoint> checkpoints;
   std::optional<checkpointer::CheckpointStats> checkpoint_stats;
 
-  static RunFiles read(const std::filesystem::path& run_dir, bool with_checkpoints) {
-    const RunDirectory dir(run_dir);
-    RunFiles f;
-    f.history = MetricsHistory::read_jsonl(dir.history());
-    if (auto doc = detail::read_json(dir.evaluations()); doc.is_object())
-      f.evaluations = doc.value("evaluations", nlohmann::json::array());
-    if (!with_checkpoints) return f;
-    f.checkpoints = checkpointer::all_valid(run_dir, /*warn=*/true);
-    try {
-      if (auto stats = detail::read_json(dir.checkpoint_stats()); !stats.is_null())
-        f.checkpoint_stats = stats.get<checkpointer::CheckpointStats>();
-    } catch (const std::exception&) {  // unreadable: the stats are optional
-    }
-    return f;
-  }
+  static RunFiles read(const std::filesystem::path& run_dir, bool with_checkpoints);
 
 };
 
@@ -280,70 +174,18 @@ struct Result {
   /// CheckpointConfig::num_to_keep ranks them. best_checkpoints().front() is best_checkpoint().
   const std::vector<Checkpoint>& best_checkpoints() const { return ranked_; }
   /// Sets latest, best and the ranked list from the valid checkpoints (newest first).
-  void set_checkpoints(const std::vector<Checkpoint>& valid, const CheckpointConfig& config) {
-    latest_ = valid.empty() ? std::nullopt : std::optional<Checkpoint>(valid.front());
-    best_ = checkpointer::best_of(valid, config);
-    ranked_ = valid;
-    const bool higher = config.score_order == ScoreOrder::max;
-    std::stable_sort(ranked_.begin(), ranked_.end(), [&](const Checkpoint& a, const Checkpoint& b) {
-      return checkpointer::scores_better(a.metrics(), a.iteration(), b.metrics(), b.iteration(),
-                                         config.score_attribute, higher);
-    });
-  }
+  void set_checkpoints(const std::vector<Checkpoint>& valid, const CheckpointConfig& config);
 
   /// The Result of a run directory's files: what fit() returned when the run ended (finished,
   /// failed or stopped; interrupted when its driver was killed), rebuilt from metrics.jsonl, outcome.json, params.json's checkpoint
   /// config, evaluations.json and the checkpoints. Throws Error when `run_dir` is not a run
   /// directory. Without `with_checkpoints` no checkpoint is read (nor verified): the Result has
   /// none, and is read in the time its JSON files take.
-  static Result from_path(const std::filesystem::path& run_dir, bool with_checkpoints = true) {
-    const RunDirectory dir(run_dir);
-    const auto outcome = detail::read_json(dir.outcome());
-    if (!outcome.is_object())
-      throw Error(dir.outcome().string() + " is missing: " + run_dir.string() +
-                  " is not a run directory written by fit() with a Tracker that records the outcome "
-                  "(tracker::directory, tracker::mlflow<> or tracker::tensorboard<>)");
-    CheckpointConfig config;
-    if (auto params = detail::read_json(dir.params()); params.is_object() && params.contains("checkpoint")) {
-      const auto& c = params.at("checkpoint");
-      config.num_to_keep = c.value("num_to_keep", 0);
-      config.score_attribute = c.value("score_attribute", std::string());
-      config.score_order = c.value("score_order", std::string("max")) == "min" ? ScoreOrder::min : ScoreOrder::max;
-    }
-    std::optional<RunError> error;
-    auto status = outcome.value("status", std::string("running"));
-    // "running" stays on disk when the driver was killed: ask whether it still runs.
-    if (const auto gone = launch::driver_gone(outcome, unix_now())) {
-      status = "interrupted";
-      error = RunError{status, "run " + run_dir.string() + " was interrupted: " + *gone + ". Run it again (the same "
-                       "storage path and name) to resume from its latest checkpoint", -1};
-    }
-    if (status == "failed" || status == "stopped") {
-      const auto& e = outcome.value("error", nlohmann::json());
-      const auto& r = outcome.value("error_rank", nlohmann::json());
-      error = RunError{status, e.is_string() ? e.get<std::string>() : status, r.is_number_integer() ? r.get<int>() : -1};
-    }
-    auto r = assemble(RunFiles::read(run_dir, with_checkpoints), run_dir, config,
-                      outcome.value("restarts", 0), status, std::move(error));
-    r.groups = GroupStart::list_from_json(outcome.value("groups", nlohmann::json()));
-    return r;
-  }
+  static Result from_path(const std::filesystem::path& run_dir, bool with_checkpoints = true);
 
   /// A Result from what was read of the run directory (fit() and from_path share it).
   static Result assemble(const RunFiles& files, const std::filesystem::path& run_dir, const CheckpointConfig& config,
-                         int restarts, std::string status, std::optional<RunError> error) {
-    Result r;
-    r.path = run_dir;
-    r.restarts = restarts;
-    r.status = std::move(status);
-    r.error = std::move(error);
-    r.metrics_history = files.history;
-    if (!r.metrics_history.empty()) r.metrics = r.metrics_history.rows().back();
-    r.evaluations = Evaluation::from_json(files.evaluations, RunDirectory(run_dir).evaluations().string());
-    r.set_checkpoints(files.checkpoints, config);
-    r.checkpoint_stats = files.checkpoint_stats;
-    return r;
-  }
+                         int restarts, std::string status, std::optional<RunError> error);
 
  private:
   std::optional<Checkpoint> latest_, best_;
@@ -351,3 +193,7 @@ struct Result {
 };
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/impl/result.ipp>
+#endif

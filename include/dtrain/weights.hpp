@@ -67,84 +67,17 @@ struct LoadReport {
 };
 
 /// The names in `names` as "a", "b", ... (at most `limit`, then how many more).
-inline std::string list_names(const std::vector<std::string>& names, std::size_t limit = 20) {
-  std::string out;
-  for (std::size_t i = 0; i < names.size() && i < limit; ++i) out += (i ? ", \"" : "\"") + names[i] + "\"";
-  if (names.size() > limit) out += " and " + std::to_string(names.size() - limit) + " more";
-  return out.empty() ? "none" : out;
-}
+std::string list_names(const std::vector<std::string>& names, std::size_t limit = 20);
 
 /// Copies `state` (name -> tensor, as read from a state_dict) into `module`'s parameters and
 /// buffers by name; `source` names the state in errors. See the header's comment for the rules.
-inline LoadReport load_state_dict(torch::nn::Module& module, std::vector<std::pair<std::string, torch::Tensor>> state,
-                                  const std::string& source, LoadOptions options = {}) {
-  const bool named = !options.prefix.empty();
-  const std::string prefix = named ? options.prefix : "module.";
-  const auto has_prefix = [&](const auto& kv) { return kv.first.rfind(prefix, 0) == 0; };
-  const bool strip = named ? std::any_of(state.begin(), state.end(), has_prefix)
-                           : !state.empty() && std::all_of(state.begin(), state.end(), has_prefix);
-  if (named && !strip)
-    throw Error(source + ": no key starts with the prefix \"" + prefix + "\" (LoadOptions::prefix); its keys are " +
-                list_names([&] {
-                  std::vector<std::string> keys;
-                  for (const auto& kv : state) keys.push_back(kv.first);
-                  return keys;
-                }(), 5));
-  std::map<std::string, std::pair<std::string, torch::Tensor>> by_name;  // module's name -> the file's key, tensor
-  for (auto& [k, v] : state) {
-    auto name = strip && k.rfind(prefix, 0) == 0 ? k.substr(prefix.size()) : k;
-    if (!by_name.emplace(name, std::pair(k, v)).second) throw Error(source + ": the key \"" + k + "\" appears twice");
-  }
-  std::vector<std::pair<std::string, torch::Tensor>> targets;
-  for (auto& p : module.named_parameters(true)) targets.emplace_back(p.key(), p.value());
-  for (auto& b : module.named_buffers(true)) targets.emplace_back(b.key(), b.value());
-
-  LoadReport report;
-  std::map<std::string, bool> known;
-  for (const auto& [name, dst] : targets) {
-    known[name] = true;
-    const auto it = by_name.find(name);
-    if (it == by_name.end()) {
-      report.missing.push_back(name);
-      continue;
-    }
-    const auto& [key, src] = it->second;
-    if (src.sizes() != dst.sizes())
-      throw Error(source + ": \"" + key + "\" has shape " + c10::str(src.sizes()) + " and the module's " +
-                  name + " has shape " + c10::str(dst.sizes()) + "; was it saved from another architecture or width?");
-    if (src.scalar_type() != dst.scalar_type() &&
-        !(c10::isFloatingType(src.scalar_type()) && c10::isFloatingType(dst.scalar_type())))
-      throw Error(source + ": \"" + key + "\" is " + std::string(c10::toString(src.scalar_type())) +
-                  " and the module's is " + std::string(c10::toString(dst.scalar_type())) +
-                  "; only floating-point tensors are converted: convert the module (module->to(dtype)) or "
-                  "the file before loading");
-  }
-  for (const auto& [name, t] : by_name)
-    if (!known.count(name)) report.unexpected.push_back(name);
-  if (options.strict && !report.complete())
-    throw Error(source + " does not match the module (strict load): missing from the file " +
-                list_names(report.missing) + "; unexpected in the file " + list_names(report.unexpected) +
-                ". Load with {.strict = false} to take the names both have");
-  torch::NoGradGuard no_grad;
-  for (auto& [name, dst] : targets) {
-    const auto it = by_name.find(name);
-    if (it == by_name.end()) continue;
-    dst.copy_(it->second.second);
-    ++report.loaded;
-  }
-  return report;
-}
+LoadReport load_state_dict(torch::nn::Module& module, std::vector<std::pair<std::string, torch::Tensor>> state,
+                                  const std::string& source, LoadOptions options = {});
 
 /// Reads the state_dict Python saved at `path` (torch.save, zip format) and loads it into `module`
 /// (load_state_dict). Throws Error naming the file when it is not such a file.
-inline LoadReport load_python_state_dict(torch::nn::Module& module, const std::filesystem::path& path,
-                                         LoadOptions options = {}) {
-  std::vector<std::string> not_tensors;
-  auto state = dtrain::detail::torch_pickle::read_tensor_dict(path, &not_tensors);
-  auto report = load_state_dict(module, std::move(state), path.string(), options);
-  report.not_tensors = std::move(not_tensors);
-  return report;
-}
+LoadReport load_python_state_dict(torch::nn::Module& module, const std::filesystem::path& path,
+                                         LoadOptions options = {});
 
 /// The tensors of the state_dict Python saved at `path`, by key, in the file's order.
 inline std::vector<std::pair<std::string, torch::Tensor>> read_python_state_dict(const std::filesystem::path& path) {
@@ -156,54 +89,24 @@ namespace detail {
 /// How read() takes `path`, with the file it reads (a directory's model file).
 enum class WeightsFormat { safetensors, sharded_index, torch_pickle };
 
-inline std::pair<WeightsFormat, std::filesystem::path> weights_format(const std::filesystem::path& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) {
-    for (const auto& [name, format] : {std::pair{"model.safetensors", WeightsFormat::safetensors},
-                                       std::pair{"model.safetensors.index.json", WeightsFormat::sharded_index},
-                                       std::pair{"pytorch_model.bin", WeightsFormat::torch_pickle}})
-      if (fs::is_regular_file(path / name, ec)) return {format, path / name};
-    throw Error(path.string() + ": a directory without model.safetensors, model.safetensors.index.json or "
-                "pytorch_model.bin; is it a Hugging Face model directory (save_pretrained's output)?");
-  }
-  if (!fs::exists(path, ec)) throw Error(path.string() + ": no such file or directory");
-  const auto ext = path.extension().string();
-  if (ext == ".safetensors") return {WeightsFormat::safetensors, path};
-  if (ext == ".json") return {WeightsFormat::sharded_index, path};
-  char magic[4] = {};
-  std::ifstream(path, std::ios::binary).read(magic, 4);
-  if (std::string_view(magic, 4) == std::string_view("PK\x03\x04", 4) || ext == ".pt" || ext == ".pth" || ext == ".bin")
-    return {WeightsFormat::torch_pickle, path};
-  return {WeightsFormat::safetensors, path};
-}
+std::pair<WeightsFormat, std::filesystem::path> weights_format(const std::filesystem::path& path);
 
 }  // namespace detail
 
 /// The tensors at `path`, by key: a safetensors file, a sharded index, a Hugging Face model
 /// directory or a torch.save state_dict (see the header's comment). `not_tensors`, when given,
 /// receives a pickle's keys whose values are not tensors.
-inline std::vector<std::pair<std::string, torch::Tensor>> read(const std::filesystem::path& path,
-                                                               std::vector<std::string>* not_tensors = nullptr) {
-  const auto [format, file] = detail::weights_format(path);
-  switch (format) {
-    case detail::WeightsFormat::safetensors: return read_safetensors(file);
-    case detail::WeightsFormat::sharded_index: return read_sharded_safetensors(file);
-    case detail::WeightsFormat::torch_pickle: break;
-  }
-  return dtrain::detail::torch_pickle::read_tensor_dict(file, not_tensors);
-}
+std::vector<std::pair<std::string, torch::Tensor>> read(const std::filesystem::path& path,
+                                                               std::vector<std::string>* not_tensors = nullptr);
 
 /// Reads the weights at `path` (read()) and loads them into `module` (load_state_dict); errors
 /// name the file read.
-inline LoadReport load(torch::nn::Module& module, const std::filesystem::path& path, LoadOptions options = {}) {
-  std::vector<std::string> not_tensors;
-  auto state = read(path, &not_tensors);
-  auto report = load_state_dict(module, std::move(state), detail::weights_format(path).second.string(), options);
-  report.not_tensors = std::move(not_tensors);
-  return report;
-}
+LoadReport load(torch::nn::Module& module, const std::filesystem::path& path, LoadOptions options = {});
 
 }  // namespace weights
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/impl/weights.ipp>
+#endif

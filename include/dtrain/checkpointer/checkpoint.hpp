@@ -77,42 +77,11 @@ class Checkpoint {
   /// file and the field. `verify_files = false` skips the CRC-32s and the rank files (for a
   /// checkpoint another rank verified just now).
   static std::optional<Checkpoint> open(const std::filesystem::path& dir, std::string* why = nullptr,
-                                        bool verify_files = true) {
-    std::string reason;
-    try {
-      const auto manifest = detail::read_manifest(dir);
-      if (verify_files) detail::verify_files(dir, manifest);
-      const auto state = detail::StateFile::read(dir);
-      std::vector<detail::RankFile> ranks;
-      if (verify_files)
-        for (int r = 0; r < state.world_size && r < manifest.world_size; ++r) ranks.push_back(detail::RankFile::read(dir, r));
-      detail::check_agreement(dir, manifest, state, ranks);
-      Checkpoint c;
-      c.path_ = dir;
-      c.iteration_ = state.iteration;
-      c.epoch_ = state.epoch;
-      c.steps_ = state.steps;
-      c.world_size_ = state.world_size;
-      c.metrics_ = state.metrics;
-      c.extras_ = state.extras;
-      return c;
-    } catch (const std::exception& e) {  // DamagedFile, or a file that cannot be read
-      reason = e.what();
-    }
-    if (why) *why = reason;
-    return std::nullopt;
-  }
+                                        bool verify_files = true);
 
   /// Why the checkpoint at `dir` cannot be used, or "" when its manifest verifies (every field, and
   /// every file's size and CRC-32). open() also checks the JSON files' fields.
-  static std::string verify(const std::filesystem::path& dir) {
-    try {
-      detail::verify_files(dir, detail::read_manifest(dir));
-    } catch (const std::exception& e) {
-      return e.what();
-    }
-    return {};
-  }
+  static std::string verify(const std::filesystem::path& dir);
 
   const std::filesystem::path& path() const { return path_; }
   /// The metrics reported with this checkpoint (with iteration, epoch, step and timestamp).
@@ -127,14 +96,7 @@ class Checkpoint {
   int world_size() const { return world_size_; }
 
   /// The model's parameters and buffers by name, as saved.
-  std::map<std::string, torch::Tensor> model_state() const {
-    std::ifstream in(path_ / files::model, std::ios::binary);
-    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), {});
-    const auto value = torch::jit::pickle_load(bytes);
-    std::map<std::string, torch::Tensor> out;
-    for (const auto& kv : value.toGenericDict()) out.emplace(kv.key().toStringRef(), kv.value().toTensor());
-    return out;
-  }
+  std::map<std::string, torch::Tensor> model_state() const;
 
   /// Copies the saved parameters and buffers into `module` (a torch::nn::Module, its holder or a
   /// shared_ptr to one). Throws Error naming any name that is missing or has another shape.
@@ -170,20 +132,7 @@ class Checkpoint {
 
   /// `tensors` copied by name into `m`'s parameters and buffers; `source` names them in errors.
   static void load_tensors(torch::nn::Module& m, const std::map<std::string, torch::Tensor>& tensors,
-                           const std::string& source) {
-    torch::NoGradGuard no_grad;
-    auto load = [&](const std::string& name, torch::Tensor& dst) {
-      auto it = tensors.find(name);
-      if (it == tensors.end())
-        throw Error(source + " has no tensor \"" + name + "\"; was it saved from another model?");
-      if (it->second.sizes() != dst.sizes())
-        throw Error(source + ": \"" + name + "\" has shape " + c10::str(it->second.sizes()) + ", the model " +
-                    c10::str(dst.sizes()));
-      dst.copy_(it->second);
-    };
-    for (auto& p : m.named_parameters(true)) load(p.key(), p.value());
-    for (auto& b : m.named_buffers(true)) load(b.key(), b.value());
-  }
+                           const std::string& source);
 
   /// The optimizer state rank `rank` loads: the whole state, or under strategy::fsdp<>
   /// (`sharded`) the rank's own piece, which needs the same world size. Sharded state into an
@@ -211,37 +160,18 @@ class Checkpoint {
   /// The files of optimizer state sharded over the ranks that saved it (strategy::fsdp<>), one per
   /// saved rank in rank order, for a group of another size to re-cut. Throws ConfigError when the
   /// state was saved whole (strategy::ddp<>).
-  std::vector<std::filesystem::path> sharded_optimizer_files() const {
-    optimizer_saved_sharded(true);
-    std::vector<std::filesystem::path> out;
-    for (int r = 0; r < world_size_; ++r) out.push_back(path_ / files::rank_optimizer(r));
-    return out;
-  }
+  std::vector<std::filesystem::path> sharded_optimizer_files() const;
 
   /// Rank `rank`'s default CPU generator as saved; a no-op when the checkpoint was saved by a
   /// group without that rank.
-  void restore_generator(int rank) const {
-    if (rank < 0 || rank >= world_size_) return;
-    auto bytes = detail::from_hex(rank_file(rank).rng);
-    auto t = torch::empty({static_cast<std::int64_t>(bytes.size())}, torch::kUInt8);
-    std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
-    detail::set_default_generator_state(t);
-  }
+  void restore_generator(int rank) const;
 
   /// The per-rank state (sampler epoch and position) `rank` saved, when it is there.
-  std::optional<std::pair<std::int64_t, std::int64_t>> sampler_state(int rank) const {
-    if (rank < 0 || rank >= world_size_) return std::nullopt;
-    const auto r = rank_file(rank);
-    return std::pair{r.epoch, r.position};
-  }
+  std::optional<std::pair<std::int64_t, std::int64_t>> sampler_state(int rank) const;
 
   /// The epoch's global sample offset `rank` saved (the samples of the epoch all ranks together
   /// had trained), when it is there and known.
-  std::optional<std::int64_t> sample_offset(int rank) const {
-    if (rank < 0 || rank >= world_size_) return std::nullopt;
-    const auto offset = rank_file(rank).offset;
-    return offset >= 0 ? std::optional<std::int64_t>(offset) : std::nullopt;
-  }
+  std::optional<std::int64_t> sample_offset(int rank) const;
 
   /// The directory of the files saved with with_file(name, path), as Ray's as_directory(): read
   /// them there (it is absent when the checkpoint holds no user file).
@@ -249,15 +179,7 @@ class Checkpoint {
 
   /// The path of the file saved as `name` with with_file(). Throws Error naming the files the
   /// checkpoint holds when it has none of that name.
-  std::filesystem::path file(const std::string& name) const {
-    const auto p = as_directory() / name;
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(p, ec))
-      throw Error("checkpoint " + path_.string() + " has no file \"" + name + "\" (it holds: " +
-                  names_in(files::user_files, "") + "); save it with ctx.checkpoint(...).with_file(\"" + name +
-                  "\", path)");
-    return p;
-  }
+  std::filesystem::path file(const std::string& name) const;
 
   /// Whether the checkpoint holds an object saved as `name` with with_object().
   bool has_object(const std::string& name) const {
@@ -300,15 +222,7 @@ class Checkpoint {
   }
 
   /// Rank `rank`'s CUDA generator on `device`, when the checkpoint saved one for that rank.
-  void restore_device_generator(int rank, torch::Device device) const {
-    if (rank < 0 || rank >= world_size_ || !device.is_cuda()) return;
-    const auto cuda_rng = rank_file(rank).cuda_rng;
-    if (cuda_rng.empty()) return;
-    auto bytes = detail::from_hex(cuda_rng);
-    auto t = torch::empty({static_cast<std::int64_t>(bytes.size())}, torch::kUInt8);
-    std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
-    detail::set_device_generator_state(device, t);
-  }
+  void restore_device_generator(int rank, torch::Device device) const;
 
   /// Marks a checkpoint handed to a train loop (ctx.get_checkpoint()): its own load calls then
   /// refuse, naming ctx.restore, which also restores the rank's generator and loads through the
@@ -318,41 +232,12 @@ class Checkpoint {
  private:
   // Rank `rank`'s file, every field checked (open() checked it when the run chose this
   // checkpoint; an error here names the file that changed since).
-  detail::RankFile rank_file(int rank) const {
-    try {
-      return detail::RankFile::read(path_, rank);
-    } catch (const detail::DamagedFile& e) {
-      throw Error("checkpoint " + path_.string() + ": " + e.what() +
-                  "; it changed after the checkpoint was verified. Resume from another checkpoint "
-                  "(RunConfig::resume_from) or restore the file");
-    }
-  }
+  detail::RankFile rank_file(int rank) const;
 
   // Whether the optimizer state was saved sharded (per rank); ConfigError when that is not
   // `sharded`, what the loading optimizer is over: the two do not convert.
   // optimizer.pt's marker says so too when rank 0's file is missing.
-  bool optimizer_saved_sharded(bool sharded) const {
-    bool saved_sharded = std::filesystem::exists(path_ / files::rank_optimizer(0));
-    if (!saved_sharded) {
-      torch::serialize::InputArchive marker;
-      torch::Tensor world;
-      try {
-        marker.load_from((path_ / files::optimizer).string());
-        saved_sharded = marker.try_read(detail::sharded_optimizer_key, world);
-      } catch (const c10::Error&) {
-      }
-    }
-    if (saved_sharded != sharded)
-      throw ConfigError(path_.string() + ": its optimizer state was saved " +
-                        (saved_sharded ? "sharded over " + std::to_string(world_size_) + " ranks (strategy::fsdp<>)"
-                                       : std::string("whole (strategy::ddp<>)")) +
-                        ", and this optimizer is over " +
-                        (sharded ? "this rank's fsdp<> shards" : "full parameters") +
-                        "; the two do not convert. Load the weights only (ctx.restore(ck, model) in a train loop, "
-                        "Checkpoint::restore(model) or load_model(model) elsewhere: model.pt converts between ddp<> "
-                        "and fsdp<>), and let the optimizer start afresh");
-    return saved_sharded;
-  }
+  bool optimizer_saved_sharded(bool sharded) const;
 
   template <class M>
   static torch::nn::Module& as_module(M& m) {
@@ -365,28 +250,9 @@ class Checkpoint {
   }
 
   // The names in the checkpoint's directory `dir` (without `suffix`), for error messages.
-  std::string names_in(const char* dir, const std::string& suffix) const {
-    std::vector<std::string> names;
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(path_ / dir, ec)) {
-      auto n = e.path().filename().string();
-      if (!suffix.empty() && n.size() > suffix.size()) n.resize(n.size() - suffix.size());
-      names.push_back("\"" + n + "\"");
-    }
-    if (names.empty()) return "none";
-    std::sort(names.begin(), names.end());
-    std::string out;
-    for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-    return out;
-  }
+  std::string names_in(const char* dir, const std::string& suffix) const;
 
-  void refuse_in_worker(const char* call) const {
-    if (in_worker_)
-      throw ConfigError(std::string("checkpoint ") + path_.string() + ": " + call +
-                        " on the checkpoint ctx.get_checkpoint() returned; in a train loop restore through "
-                        "the context: ctx.restore(*ck, model, optimizer) (or ctx.restore(*ck, model)), which "
-                        "loads through the Strategy and restores this rank's generator");
-  }
+  void refuse_in_worker(const char* call) const;
 
   std::filesystem::path path_;
   Metrics metrics_, extras_;
@@ -398,3 +264,7 @@ class Checkpoint {
 }  // namespace checkpointer
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/checkpointer/impl/checkpoint.ipp>
+#endif

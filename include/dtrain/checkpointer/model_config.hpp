@@ -111,20 +111,7 @@ struct SavedModelConfig {
   std::string model;
   nlohmann::json config;
 
-  static std::optional<SavedModelConfig> of(const Checkpoint& checkpoint) {
-    const auto path = checkpoint.path() / files::model_config;
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) return std::nullopt;
-    const std::string text = detail::read_text(path);
-    try {
-      const auto j = nlohmann::json::parse(text);
-      if (j.at("format").get<int>() != 1) throw ConfigError("format " + j.at("format").dump() + " is not 1");
-      return SavedModelConfig{j.at("model").get<std::string>(), j.at("config")};
-    } catch (const std::exception& e) {
-      throw ConfigError(path.string() + " is malformed (" + e.what() +
-                        "); it holds {\"format\": 1, \"model\": type, \"config\": {...}} as ctx.checkpoint() wrote it");
-    }
-  }
+  static std::optional<SavedModelConfig> of(const Checkpoint& checkpoint);
 };
 
 /// `Model` built from the config `checkpoint` saved (its weights are not loaded: Predictor and
@@ -162,3 +149,7 @@ Model build_model(const Checkpoint& checkpoint) {
 }  // namespace checkpointer
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/checkpointer/impl/model_config.ipp>
+#endif

@@ -24,24 +24,13 @@ namespace checkpointer::detail {
 /// Each group's options read themselves (OptimizerOptions::serialize, virtual), so every option
 /// an optimizer saves comes back (tested for SGD, Adam, AdamW, RMSprop and Adagrad). Throws Error when the
 /// archive holds another number of groups (`source` names it).
-inline void restore_group_options(torch::optim::Optimizer& optimizer, torch::serialize::InputArchive& archive,
-                                  const std::string& source) {
-  torch::serialize::InputArchive groups;
-  archive.read("param_groups", groups);
-  torch::Tensor size;
-  groups.read("param_groups/size", size);
-  auto& live = optimizer.param_groups();
-  if (size.item<std::int64_t>() != static_cast<std::int64_t>(live.size()))
-    throw Error(source + " holds " + std::to_string(size.item<std::int64_t>()) + " param groups and the optimizer " +
-                std::to_string(live.size()) + "; build the optimizer with the param groups it was saved with");
-  for (std::size_t i = 0; i < live.size(); ++i) {
-    torch::serialize::InputArchive group, options;
-    groups.read("param_groups/" + std::to_string(i), group);
-    group.read("options", options);
-    live[i].options().serialize(options);
-  }
-}
+void restore_group_options(torch::optim::Optimizer& optimizer, torch::serialize::InputArchive& archive,
+                                  const std::string& source);
 
 }  // namespace checkpointer::detail
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/checkpointer/impl/optimizer_options.ipp>
+#endif

@@ -30,56 +30,15 @@ struct Entry {
 
 /// Removes the checkpoints `config` does not keep: the num_to_keep best by score_attribute (or the
 /// newest), plus the latest and the best, are kept. Called after a new checkpoint is complete.
-inline void retain(std::vector<Entry>& index, const CheckpointConfig& config) {
-  if (config.num_to_keep <= 0 || index.empty()) return;
-  const bool higher = config.score_order == ScoreOrder::max;
-  std::vector<Entry> ranked = index;
-  std::stable_sort(ranked.begin(), ranked.end(), [&](const Entry& a, const Entry& b) {
-    return scores_better(a.metrics, a.iteration, b.metrics, b.iteration, config.score_attribute, higher);
-  });
-  std::int64_t latest = 0;
-  for (const auto& e : index) latest = std::max(latest, e.iteration);
-  std::vector<std::int64_t> keep{latest, ranked.front().iteration};
-  for (std::size_t i = 0; i < ranked.size() && i < static_cast<std::size_t>(config.num_to_keep); ++i)
-    keep.push_back(ranked[i].iteration);
-  std::vector<Entry> kept;
-  for (auto& e : index) {
-    if (std::find(keep.begin(), keep.end(), e.iteration) != keep.end()) {
-      kept.push_back(std::move(e));
-      continue;
-    }
-    std::error_code ec;
-    // The manifest goes first: a removal cut short leaves a directory that no longer verifies.
-    std::filesystem::remove(e.path / files::manifest, ec);
-    std::filesystem::remove_all(e.path, ec);
-  }
-  index = std::move(kept);
-}
+void retain(std::vector<Entry>& index, const CheckpointConfig& config);
 
 /// Every checkpoint under `run_dir` whose manifest verifies, newest first; each is verified once.
 /// With `warn`, each damaged one is reported on stderr with its path and the reason.
-inline std::vector<Checkpoint> all_valid(const std::filesystem::path& run_dir, bool warn = false) {
-  std::vector<Checkpoint> out;
-  for (const auto& [iteration, dir] : RunDirectory(run_dir).checkpoints()) {
-    std::string why;
-    if (auto c = Checkpoint::open(dir, &why)) out.push_back(std::move(*c));
-    else if (warn)
-      std::fprintf(stderr, "dtrain: warning: checkpoint %s is damaged (%s); it is skipped\n", dir.c_str(), why.c_str());
-  }
-  return out;
-}
+std::vector<Checkpoint> all_valid(const std::filesystem::path& run_dir, bool warn = false);
 
 /// The best of `checkpoints` by `config` (score_attribute and score_order; the newest when no
 /// score attribute is set), or nothing when there are none.
-inline std::optional<Checkpoint> best_of(const std::vector<Checkpoint>& checkpoints, const CheckpointConfig& config) {
-  const bool higher = config.score_order == ScoreOrder::max;
-  const Checkpoint* best = nullptr;
-  for (const auto& c : checkpoints)
-    if (!best || scores_better(c.metrics(), c.iteration(), best->metrics(), best->iteration(), config.score_attribute, higher))
-      best = &c;
-  if (!best) return std::nullopt;
-  return *best;
-}
+std::optional<Checkpoint> best_of(const std::vector<Checkpoint>& checkpoints, const CheckpointConfig& config);
 
 /// The best checkpoint under `run_dir` whose manifest verifies, ranked as `config` ranks them
 /// (score_attribute and score_order; the newest when no score attribute is set), or nothing when
@@ -91,3 +50,7 @@ inline std::optional<Checkpoint> best_valid(const std::filesystem::path& run_dir
 }  // namespace checkpointer
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/checkpointer/impl/retention.ipp>
+#endif

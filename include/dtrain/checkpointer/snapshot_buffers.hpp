@@ -34,18 +34,7 @@ namespace checkpointer::detail {
 /// transparent huge pages are `madvise` (Debian's default) or `always`, and faulted in by one
 /// madvise call. (On the development VM this took 0.16 to 2.9 s for 352 MB where clone() took 3.5
 /// to 4.2 s, at load average 7: fresh memory is costly there, reused memory 0.05 s.)
-inline at::Tensor huge_page_tensor_like(const at::Tensor& source) {
-  constexpr std::size_t huge = std::size_t{2} << 20;
-  const auto bytes = static_cast<std::size_t>(source.nbytes());
-  void* data = nullptr;
-  if (bytes < huge || ::posix_memalign(&data, huge, bytes) != 0) return at::empty_like(source);
-  const std::size_t length = (bytes + 4095) / 4096 * 4096;
-  ::madvise(data, length, MADV_HUGEPAGE);  // advice: without it, 4 KiB pages
-#ifdef MADV_POPULATE_WRITE
-  ::madvise(data, length, MADV_POPULATE_WRITE);  // Linux 5.14+: every fault in one call, not one per page
-#endif
-  return at::from_blob(data, source.sizes(), source.strides(), [](void* p) { std::free(p); }, source.options());
-}
+at::Tensor huge_page_tensor_like(const at::Tensor& source);
 
 /// The tensors of the previous snapshot, by name, for the next snapshot to copy into. A kept
 /// tensor is reused only when nothing else references it or its storage any more (the write that
@@ -60,30 +49,12 @@ class SnapshotBuffers {
  public:
   /// A copy of `source` (detached): into the buffer kept under `name` when it can be reused, else
   /// into new memory.
-  at::Tensor copy(const std::string& name, const at::Tensor& source) {
-    const auto it = kept_.find(name);
-    if (it != kept_.end()) {
-      at::Tensor buffer = std::move(it->second);
-      kept_.erase(it);
-      if (reusable(buffer, source)) {
-        ++reused_;
-        return buffer.copy_(source.detach());
-      }
-    }
-    ++allocated_;
-    if (source.device().is_cpu() && source.layout() == at::kStrided && source.is_non_overlapping_and_dense())
-      return huge_page_tensor_like(source).copy_(source.detach());
-    return source.detach().clone();
-  }
+  at::Tensor copy(const std::string& name, const at::Tensor& source);
 
   /// Keeps `tensor`'s memory under `name` for the next snapshot (CPU tensors only). What is kept is
   /// another tensor over the same storage, not `tensor` itself: torch's pickler memoizes a tensor
   /// referenced more than once, so holding `tensor` would change the bytes its snapshot writes.
-  void keep(const std::string& name, const at::Tensor& tensor) {
-    if (!tensor.defined() || !tensor.device().is_cpu()) return;
-    next_.insert_or_assign(name, at::empty({0}, tensor.options())
-                                     .set_(tensor.storage(), tensor.storage_offset(), tensor.sizes(), tensor.strides()));
-  }
+  void keep(const std::string& name, const at::Tensor& tensor);
 
   /// Ends a snapshot: what it kept becomes what the next one may reuse; buffers it did not ask for
   /// (a parameter that is gone) are let go.
@@ -94,30 +65,14 @@ class SnapshotBuffers {
 
   /// A module's parameters and buffers by their dotted names, as named_state(module, true) gives
   /// them, copied into the buffers of the previous snapshot where they can be reused.
-  c10::Dict<std::string, at::Tensor> model_state(const torch::nn::Module& module) {
-    c10::Dict<std::string, at::Tensor> d;
-    auto add = [&](const std::string& name, const at::Tensor& t) {
-      auto c = copy("model/" + name, t);
-      keep("model/" + name, c);
-      d.insert(name, std::move(c));
-    };
-    for (const auto& p : module.named_parameters(true)) add(p.key(), p.value());
-    for (const auto& b : module.named_buffers(true)) add(b.key(), b.value());
-    return d;
-  }
+  c10::Dict<std::string, at::Tensor> model_state(const torch::nn::Module& module);
 
   /// Copies made into kept buffers and into new memory since this object was made.
   std::int64_t reused() const { return reused_; }
   std::int64_t allocated() const { return allocated_; }
 
  private:
-  static bool reusable(const at::Tensor& buffer, const at::Tensor& source) {
-    return buffer.defined() && buffer.use_count() == 1 && buffer.storage().use_count() == 1 &&
-           source.device().is_cpu() && source.layout() == at::kStrided && source.is_non_overlapping_and_dense() &&
-           buffer.device() == source.device() && buffer.dtype() == source.dtype() && !buffer.requires_grad() &&
-           buffer.sizes() == source.sizes() && buffer.strides() == source.strides() && buffer.storage_offset() == 0 &&
-           buffer.storage().nbytes() == source.nbytes();
-  }
+  static bool reusable(const at::Tensor& buffer, const at::Tensor& source);
 
   std::unordered_map<std::string, at::Tensor> kept_, next_;
   std::int64_t reused_ = 0, allocated_ = 0;
@@ -126,3 +81,7 @@ class SnapshotBuffers {
 }  // namespace checkpointer::detail
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/checkpointer/impl/snapshot_buffers.ipp>
+#endif

@@ -58,31 +58,12 @@ struct DamagedFile : Error {
 /// naming the file and the field (`prefix` + key) when the field is missing or not what it must be.
 class Fields {
  public:
-  Fields(std::string file, const nlohmann::json& j, std::string prefix = "")
-      : file_(std::move(file)), j_(j), prefix_(std::move(prefix)) {
-    if (!j_.is_object()) fail("", (prefix_.empty() ? "holds " : "is ") + j_.dump().substr(0, 80) + ", not a JSON object");
-  }
+  Fields(std::string file, const nlohmann::json& j, std::string prefix = "");
 
   /// The JSON object in `dir / file`: DamagedFile when it cannot be read or is not JSON.
-  static nlohmann::json parse(const std::filesystem::path& dir, const std::string& file) {
-    std::string text;
-    try {
-      text = read_text(dir / file);
-    } catch (const Error&) {
-      throw DamagedFile(file + " cannot be read");
-    }
-    try {
-      return nlohmann::json::parse(text);
-    } catch (const std::exception& e) {
-      throw DamagedFile(file + " is not JSON (" + e.what() + ")");
-    }
-  }
+  static nlohmann::json parse(const std::filesystem::path& dir, const std::string& file);
 
-  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
-    auto name = prefix_ + key;
-    if (!name.empty() && name.back() == '.') name.pop_back();
-    throw DamagedFile(file_ + ": " + (name.empty() ? std::string() : name + " ") + what);
-  }
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const;
 
   bool has(const std::string& key) const { return j_.contains(key); }
 
@@ -92,48 +73,16 @@ class Fields {
   }
 
   /// An integer in [lo, hi].
-  std::int64_t integer(const std::string& key, std::int64_t lo, std::int64_t hi) const {
-    const auto& v = at(key);
-    if (!v.is_number_integer()) fail(key, "is " + v.dump() + ", not an integer");
-    const bool too_big = v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(hi);
-    if (too_big || v.get<std::int64_t>() < lo || v.get<std::int64_t>() > hi)
-      fail(key, v.dump() + " is out of range (" + std::to_string(lo) + " to " + std::to_string(hi) + ")");
-    return v.get<std::int64_t>();
-  }
+  std::int64_t integer(const std::string& key, std::int64_t lo, std::int64_t hi) const;
 
-  std::string text(const std::string& key) const {
-    const auto& v = at(key);
-    if (!v.is_string()) fail(key, "is " + v.dump() + ", not text");
-    return v.get<std::string>();
-  }
+  std::string text(const std::string& key) const;
 
   /// A hex string (lower case, whole bytes) of `bytes` bytes; any length when `bytes` < 0.
-  std::string hex(const std::string& key, std::int64_t bytes) const {
-    const auto s = text(key);
-    if (s.size() % 2 != 0 || s.find_first_not_of("0123456789abcdef") != std::string::npos)
-      fail(key, "is not a generator state in hex (" + std::to_string(s.size()) + " characters, an odd count or not 0-9a-f)");
-    if (bytes >= 0 && static_cast<std::int64_t>(s.size()) != 2 * bytes)
-      fail(key, "holds " + std::to_string(s.size() / 2) + " bytes; this LibTorch's generator state has " +
-                    std::to_string(bytes));
-    return s;
-  }
+  std::string hex(const std::string& key, std::int64_t bytes) const;
 
   /// An object of metric values (numbers, text, null), as report() and ctx.checkpoint's extras
   /// write them.
-  Metrics metrics(const std::string& key) const {
-    const auto& v = at(key);
-    if (!v.is_object()) fail(key, "is " + v.dump() + ", not an object of metrics");
-    const Fields inner(file_, v, prefix_ + key + ".");
-    Metrics out;
-    for (const auto& [name, value] : v.items()) {
-      const bool integer_too_big = value.is_number_unsigned() &&
-                                   value.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX);
-      if (!(value.is_number() || value.is_string() || value.is_null()) || integer_too_big)
-        inner.fail(name, "is " + value.dump() + ", not a number or text");
-      out.emplace(name, value.get<Metric>());
-    }
-    return out;
-  }
+  Metrics metrics(const std::string& key) const;
 
  private:
   std::string file_;
@@ -154,69 +103,15 @@ struct Manifest {
   int world_size = 0;
   std::vector<ManifestEntry> files;
 
-  static Manifest read(const std::filesystem::path& dir) {
-    const std::string file = files::manifest;
-    const auto doc = Fields::parse(dir, file);
-    const Fields f(file, doc);
-    Manifest m;
-    if (const auto format = f.integer("format", 0, max_count); format != manifest_format)
-      f.fail("format", std::to_string(format) + " is not a format this version reads (" +
-                           std::to_string(manifest_format) + "); was it written by another version of dtrain?");
-    m.iteration = f.integer("iteration", 1, max_count);
-    m.world_size = static_cast<int>(f.integer("world_size", 1, max_world_size));
-    const auto& list = f.at("files");
-    if (!list.is_array()) f.fail("files", "is " + list.dump() + ", not a list of files");
-    std::set<std::string> names;
-    int rank_files = 0;
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      const Fields e(file, list[i], "files[" + std::to_string(i) + "].");
-      ManifestEntry entry;
-      entry.name = e.text("name");
-      const std::filesystem::path p(entry.name);
-      bool plain = !entry.name.empty() && p.is_relative() && p == p.lexically_normal();
-      for (const auto& part : p) plain = plain && part != ".." && part != ".";
-      if (!plain) e.fail("name", "\"" + entry.name + "\" is not a file name inside the checkpoint");
-      if (!names.insert(entry.name).second) e.fail("name", "\"" + entry.name + "\" is listed twice");
-      entry.size = static_cast<std::uint64_t>(e.integer("size", 0, INT64_MAX));
-      entry.crc32 = static_cast<std::uint32_t>(e.integer("crc32", 0, 0xffffffffLL));
-      if (entry.name.rfind("rank_", 0) == 0) ++rank_files;
-      m.files.push_back(std::move(entry));
-    }
-    for (const std::string need : {files::model, files::optimizer, files::state})
-      if (!names.count(need)) f.fail("files", "lists no " + need);
-    for (int r = 0; r < m.world_size; ++r)
-      if (!names.count(files::rank(r)))
-        f.fail("files", "lists no " + files::rank(r) + ", which world_size " + std::to_string(m.world_size) + " needs");
-    if (rank_files != m.world_size)
-      f.fail("world_size", std::to_string(m.world_size) + " does not match the " + std::to_string(rank_files) +
-                               " rank files listed");
-    return m;
-  }
+  static Manifest read(const std::filesystem::path& dir);
 };
 
 /// manifest.json of the checkpoint at `dir`, every field checked; a directory without one is an
 /// unfinished write.
-inline Manifest read_manifest(const std::filesystem::path& dir) {
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) throw DamagedFile("not a directory");
-  if (!std::filesystem::exists(dir / files::manifest, ec))
-    throw DamagedFile("no manifest.json (an incomplete write?)");
-  return Manifest::read(dir);
-}
+Manifest read_manifest(const std::filesystem::path& dir);
 
 /// Throws DamagedFile unless every file `manifest` lists is in `dir` with its size and CRC-32.
-inline void verify_files(const std::filesystem::path& dir, const Manifest& manifest) {
-  for (const auto& f : manifest.files) {
-    const auto p = dir / f.name;
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(p, ec)) throw DamagedFile(f.name + " is missing");
-    const auto size = std::filesystem::file_size(p, ec);
-    if (ec || size != f.size)
-      throw DamagedFile(f.name + " has " + std::to_string(size) + " bytes, the manifest says " +
-                                std::to_string(f.size) + " (truncated?)");
-    if (crc32_of_file(p).first != f.crc32) throw DamagedFile(f.name + " fails its CRC-32 check (corrupted)");
-  }
-}
+void verify_files(const std::filesystem::path& dir, const Manifest& manifest);
 
 /// state.json: the counters, the reported metrics and the user's extras.
 struct StateFile {
@@ -224,20 +119,7 @@ struct StateFile {
   int world_size = 1;
   Metrics metrics, extras;
 
-  static StateFile read(const std::filesystem::path& dir) {
-    const std::string file = files::state;
-    const auto doc = Fields::parse(dir, file);
-    const Fields f(file, doc);
-    StateFile s;
-    s.iteration = f.integer("iteration", 1, max_count);
-    s.epoch = f.integer("epoch", 0, max_count);
-    s.position = f.integer("position", 0, max_count);
-    s.steps = f.integer("steps", 0, max_count);
-    s.world_size = static_cast<int>(f.integer("world_size", 1, max_world_size));
-    s.metrics = f.metrics("metrics");
-    s.extras = f.metrics("extras");
-    return s;
-  }
+  static StateFile read(const std::filesystem::path& dir);
 };
 
 /// The size in bytes of this LibTorch's CPU generator state (what rank files hold in hex).
@@ -252,59 +134,21 @@ struct RankFile {
   std::int64_t epoch = 0, position = 0, offset = -1;
   std::string rng, cuda_rng;  // hex; cuda_rng empty when the rank trained on the CPU
 
-  static RankFile read(const std::filesystem::path& dir, int rank) {
-    const std::string file = files::rank(rank);
-    const auto doc = Fields::parse(dir, file);
-    const Fields f(file, doc);
-    RankFile r;
-    r.rank = static_cast<int>(f.integer("rank", 0, max_world_size - 1));
-    if (r.rank != rank) f.fail("rank", std::to_string(r.rank) + " is not the file's rank " + std::to_string(rank));
-    r.epoch = f.integer("epoch", 0, max_count);
-    r.position = f.integer("position", 0, max_count);
-    r.offset = f.has("offset") ? f.integer("offset", -1, max_count) : -1;  // absent in older checkpoints
-    r.rng = f.hex("rng", cpu_generator_state_bytes());
-    if (f.has("cuda_rng")) r.cuda_rng = f.hex("cuda_rng", -1);
-    return r;
-  }
+  static RankFile read(const std::filesystem::path& dir, int rank);
 };
 
 /// Throws DamagedFile unless the files agree: with the directory's name (checkpoint_NNNNNN; a copy
 /// under another name is taken at its word), with each other, and every rank with rank 0 (a
 /// group steps in lockstep). `ranks` may be empty (another rank verified them).
-inline void check_agreement(const std::filesystem::path& dir, const Manifest& m, const StateFile& s,
-                            const std::vector<RankFile>& ranks) {
-  const std::string state = files::state, manifest = files::manifest;
-  auto fail = [](const std::string& file, const std::string& what) { throw DamagedFile(file + ": " + what); };
-  if (const auto named = RunDirectory::iteration_of(dir.filename().string())) {
-    if (m.iteration != *named)
-      fail(manifest, "iteration " + std::to_string(m.iteration) + " does not match the directory name " +
-                         dir.filename().string());
-    if (s.iteration != *named)
-      fail(state, "iteration " + std::to_string(s.iteration) + " does not match the directory name " +
-                      dir.filename().string());
-  }
-  if (s.iteration != m.iteration)
-    fail(state, "iteration " + std::to_string(s.iteration) + " does not match manifest.json's " + std::to_string(m.iteration));
-  if (s.world_size != m.world_size)
-    fail(state, "world_size " + std::to_string(s.world_size) + " does not match the " + std::to_string(m.world_size) +
-                    " ranks of manifest.json");
-  if (ranks.empty()) return;
-  const auto& first = ranks.front();
-  auto differ = [](const char* field, std::int64_t mine, std::int64_t theirs, const std::string& whose) {
-    return std::string(field) + " " + std::to_string(mine) + " does not match " + whose + " " + std::to_string(theirs);
-  };
-  for (const auto& r : ranks) {
-    const auto file = files::rank(r.rank), zero = files::rank(0) + "'s";
-    if (r.epoch != first.epoch) fail(file, differ("epoch", r.epoch, first.epoch, zero));
-    if (r.position != first.position) fail(file, differ("position", r.position, first.position, zero));
-    if (r.offset != first.offset) fail(file, differ("offset", r.offset, first.offset, zero));
-  }
-  if (s.epoch != first.epoch) fail(state, differ("epoch", s.epoch, first.epoch, "the rank files'"));
-  if (s.position != first.position) fail(state, differ("position", s.position, first.position, "the rank files'"));
-}
+void check_agreement(const std::filesystem::path& dir, const Manifest& m, const StateFile& s,
+                            const std::vector<RankFile>& ranks);
 
 }  // namespace detail
 
 }  // namespace checkpointer
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/checkpointer/impl/state_files.ipp>
+#endif

@@ -50,16 +50,7 @@ inline std::string archive_bytes(const auto& object) {
 
 /// Throws ConfigError unless `name` can be a file name in a checkpoint: letters, digits, '.', '_'
 /// and '-', not starting with '.', at most 200 characters.
-inline void check_user_name(const std::string& name, const char* call) {
-  bool ok = !name.empty() && name.size() <= 200 && name[0] != '.';
-  for (const char c : name)
-    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-                c == '-');
-  if (!ok)
-    throw ConfigError(std::string(call) + ": \"" + name +
-                      "\" cannot name a file in a checkpoint; use 1 to 200 letters, digits, '.', '_' or '-', "
-                      "not starting with '.' (e.g. \"vocab.txt\")");
-}
+void check_user_name(const std::string& name, const char* call);
 }  // namespace detail
 
 /// What ctx.checkpoint(model, optimizer, extras) took on the training thread: clones, so the
@@ -92,17 +83,7 @@ struct Snapshot {
   /// Saves a copy of the file at `source` (read now) as `name` in the checkpoint, under files/,
   /// covered by the manifest; Checkpoint::file(name) gives its path back. The model's state is
   /// replicated, so rank 0's copy is the one saved (other ranks only check the name).
-  Snapshot& with_file(const std::string& name, const std::filesystem::path& source) & {
-    detail::check_user_name(name, "with_file");
-    if (user_files.count(name)) throw ConfigError("with_file: \"" + name + "\" is added twice to one checkpoint");
-    if (!has_model) return *this;
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(source, ec))
-      throw ConfigError("with_file(\"" + name + "\", \"" + source.string() +
-                        "\"): not a regular file; pass the path of the file to save in the checkpoint");
-    user_files.emplace(name, detail::read_text(source));
-    return *this;
-  }
+  Snapshot& with_file(const std::string& name, const std::filesystem::path& source) &;
   Snapshot&& with_file(const std::string& name, const std::filesystem::path& source) && {
     return std::move(with_file(name, source));
   }
@@ -129,29 +110,10 @@ inline std::string optimizer_bytes(const auto& optimizer) { return archive_bytes
 
 /// optimizer.pt of a checkpoint whose optimizer state is sharded: an archive that names the world
 /// size, so that a plain optimizer.load() of it fails instead of loading something else.
-inline std::string sharded_optimizer_marker(int world_size) {
-  torch::serialize::OutputArchive archive;
-  archive.write(sharded_optimizer_key, torch::tensor(static_cast<std::int64_t>(world_size)));
-  std::ostringstream os;
-  archive.save_to(os);
-  return os.str();
-}
+std::string sharded_optimizer_marker(int world_size);
 
 /// Writes this rank's file of checkpoint `iteration` into the temporary directory.
-inline void write_rank_file(const std::filesystem::path& tmp, int rank, const Snapshot& s) {
-  const auto gen = s.generator.contiguous();
-  nlohmann::json j = {{"rank", rank},
-                      {"epoch", s.epoch},
-                      {"position", s.position},
-                      {"offset", s.offset},
-                      {"rng", to_hex(gen.data_ptr<std::uint8_t>(), static_cast<std::size_t>(gen.numel()))}};
-  if (s.cuda_generator.defined()) {
-    const auto cuda = s.cuda_generator.contiguous();
-    j["cuda_rng"] = to_hex(cuda.data_ptr<std::uint8_t>(), static_cast<std::size_t>(cuda.numel()));
-  }
-  write_file(tmp / files::rank(rank), j.dump());
-  if (s.sharded_optimizer) write_file(tmp / files::rank_optimizer(rank), s.optimizer);
-}
+void write_rank_file(const std::filesystem::path& tmp, int rank, const Snapshot& s);
 
 /// Rank 0's optional files: optimizer_state.pt (for Python), precision.pt, model_config.json, the user's files and
 /// objects. `add(name, size, crc)` lists each in the manifest.
@@ -242,3 +204,7 @@ std::filesystem::path commit(const std::filesystem::path& run_dir, std::int64_t 
 }  // namespace checkpointer
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/checkpointer/impl/write.ipp>
+#endif

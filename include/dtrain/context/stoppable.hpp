@@ -68,8 +68,7 @@ class until_stopped {
 class epochs_until_stopped {
  public:
   epochs_until_stopped(std::int64_t first, std::int64_t last, std::function<void(std::int64_t)> begin,
-                       std::function<bool()> stop)
-      : first_(first), last_(last), begin_(std::move(begin)), stop_(std::move(stop)) {}
+                       std::function<bool()> stop);
 
   class iterator {
    public:
@@ -111,3 +110,7 @@ class epochs_until_stopped {
 }  // namespace detail
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/context/impl/stoppable.ipp>
+#endif

@@ -50,13 +50,7 @@ concept Splits = requires(const D& d) {
 class TensorDataset {
  public:
   TensorDataset() = default;
-  TensorDataset(torch::Tensor data, torch::Tensor targets)
-      : data_(std::move(data)), targets_(std::move(targets)) {
-    if (data_.dim() < 1 || targets_.dim() < 1 || data_.size(0) != targets_.size(0))
-      throw DataError("TensorDataset: data and targets must have the same first dimension, got " +
-                      std::to_string(data_.dim() ? data_.size(0) : 0) + " and " +
-                      std::to_string(targets_.dim() ? targets_.size(0) : 0));
-  }
+  TensorDataset(torch::Tensor data, torch::Tensor targets);
 
   std::int64_t size() const { return data_.defined() ? data_.size(0) : 0; }
   Batch get_batch(const torch::Tensor& indices) const {
@@ -75,3 +69,7 @@ static_assert(RandomAccess<TensorDataset>);
 }  // namespace data
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/data/impl/dataset.ipp>
+#endif

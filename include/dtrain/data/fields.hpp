@@ -33,55 +33,23 @@ class Fields {
   }
 
   /// Adds `name`, or replaces its tensor when it is there already (keeping its place).
-  Fields& set(const std::string& name, torch::Tensor tensor) {
-    if (name.empty()) throw DataError("Fields: a field needs a name; got an empty one");
-    for (auto& [n, t] : entries_)
-      if (n == name) {
-        t = std::move(tensor);
-        return *this;
-      }
-    entries_.emplace_back(name, std::move(tensor));
-    return *this;
-  }
+  Fields& set(const std::string& name, torch::Tensor tensor);
   /// Removes `name` when it is there; returns whether it was.
-  bool erase(const std::string& name) {
-    for (auto it = entries_.begin(); it != entries_.end(); ++it)
-      if (it->first == name) {
-        entries_.erase(it);
-        return true;
-      }
-    return false;
-  }
+  bool erase(const std::string& name);
 
   bool contains(const std::string& name) const { return find(name) != nullptr; }
   const torch::Tensor& operator[](const std::string& name) const { return at(name); }
   torch::Tensor& operator[](const std::string& name) { return const_cast<torch::Tensor&>(at(name)); }
-  const torch::Tensor& at(const std::string& name) const {
-    if (const auto* t = find(name)) return *t;
-    throw DataError("batch has no field \"" + name + "\"; its fields are: " + names_text() +
-                    ". Produce it in the dataset's get_batch or a pipeline stage (map, collate)");
-  }
+  const torch::Tensor& at(const std::string& name) const;
 
   /// The samples in the batch: the first dimension of the first field (0 when there is none).
-  std::int64_t size() const {
-    for (const auto& [n, t] : entries_)
-      if (t.defined()) return t.dim() > 0 ? t.size(0) : 1;
-    return 0;
-  }
+  std::int64_t size() const;
   std::size_t field_count() const { return entries_.size(); }
   bool empty() const { return entries_.empty(); }
-  std::vector<std::string> names() const {
-    std::vector<std::string> out;
-    for (const auto& e : entries_) out.push_back(e.first);
-    return out;
-  }
+  std::vector<std::string> names() const;
 
   /// Every field on `device` (a copy where it is elsewhere; `non_blocking` from pinned memory).
-  Fields to(torch::Device device, bool non_blocking = false) const {
-    Fields out;
-    for (const auto& [n, t] : entries_) out.entries_.emplace_back(n, t.defined() ? t.to(device, non_blocking) : t);
-    return out;
-  }
+  Fields to(torch::Device device, bool non_blocking = false) const;
 
   auto begin() { return entries_.begin(); }
   auto end() { return entries_.end(); }
@@ -94,12 +62,7 @@ class Fields {
       if (n == name) return &t;
     return nullptr;
   }
-  std::string names_text() const {
-    if (entries_.empty()) return "(none)";
-    std::string s;
-    for (const auto& [n, t] : entries_) s += (s.empty() ? "\"" : ", \"") + n + "\"";
-    return s;
-  }
+  std::string names_text() const;
 
   std::vector<entry> entries_;
 };
@@ -110,9 +73,7 @@ class Fields {
 /// of your own gets them as free functions found by argument-dependent lookup, or as members
 /// `size()` and `for_each_tensor(f)`.
 /// @{
-inline std::int64_t batch_size(const torch::data::Example<>& b) {
-  return b.data.defined() && b.data.dim() > 0 ? b.data.size(0) : 0;
-}
+std::int64_t batch_size(const torch::data::Example<>& b);
 inline std::int64_t batch_size(const Fields& b) { return b.size(); }
 
 template <class F>
@@ -181,3 +142,7 @@ static_assert(BatchType<torch::data::Example<>>);
 }  // namespace data
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/data/impl/fields.ipp>
+#endif

@@ -31,18 +31,7 @@ concept RowSource = requires(const S& s, std::int64_t i) {
 
 /// The regular files `pattern` matches (shell wildcards: *, ?, [...]), sorted by name; DataError
 /// when it matches none.
-inline std::vector<std::filesystem::path> glob(const std::string& pattern) {
-  glob_t g{};
-  const int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
-  std::vector<std::filesystem::path> out;
-  if (rc == 0)
-    for (std::size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
-  ::globfree(&g);
-  std::sort(out.begin(), out.end());
-  if (out.empty())
-    throw DataError("no file matches \"" + pattern + "\"; check the directory and the wildcard (e.g. data/*.csv)");
-  return out;
-}
+std::vector<std::filesystem::path> glob(const std::string& pattern);
 
 /// Sources one after another: record i of the whole is record i - (records before it) of the
 /// source it falls in.
@@ -75,26 +64,13 @@ class Concatenated {
 };
 
 /// The CSV files at `paths` as one source; every file must have the first one's columns.
-inline Concatenated<CsvSource> csv_files(const std::vector<std::filesystem::path>& paths, const CsvOptions& options = {}) {
-  std::vector<CsvSource> parts;
-  for (const auto& p : paths) {
-    parts.emplace_back(p, options);
-    if (parts.back().columns() != parts.front().columns())
-      throw DataError(p.string() + ": its columns differ from " + parts.front().path() +
-                      "'s; files read as one source need the same header");
-  }
-  return Concatenated<CsvSource>(std::move(parts));
-}
+Concatenated<CsvSource> csv_files(const std::vector<std::filesystem::path>& paths, const CsvOptions& options = {});
 /// The CSV files `pattern` matches, as one source.
 inline Concatenated<CsvSource> csv_files(const std::string& pattern, const CsvOptions& options = {}) {
   return csv_files(glob(pattern), options);
 }
 /// The JSON Lines files at `paths` (or matching `pattern`) as one source.
-inline Concatenated<JsonLinesSource> jsonl_files(const std::vector<std::filesystem::path>& paths) {
-  std::vector<JsonLinesSource> parts;
-  for (const auto& p : paths) parts.emplace_back(p);
-  return Concatenated<JsonLinesSource>(std::move(parts));
-}
+Concatenated<JsonLinesSource> jsonl_files(const std::vector<std::filesystem::path>& paths);
 inline Concatenated<JsonLinesSource> jsonl_files(const std::string& pattern) { return jsonl_files(glob(pattern)); }
 
 static_assert(RowSource<CsvSource> && RowSource<JsonLinesSource> && RowSource<Concatenated<CsvSource>>);
@@ -102,3 +78,7 @@ static_assert(RowSource<CsvSource> && RowSource<JsonLinesSource> && RowSource<Co
 }  // namespace data
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/data/impl/files.ipp>
+#endif

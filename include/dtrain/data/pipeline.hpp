@@ -93,26 +93,14 @@ struct PipelineRandom {
   void save(torch::serialize::OutputArchive& a) const {
     a.write("seed", torch::tensor(static_cast<std::int64_t>(seed), torch::kInt64));
   }
-  void load(torch::serialize::InputArchive& a) {
-    torch::Tensor t;
-    a.read("seed", t);
-    seed = static_cast<std::uint64_t>(t.item<std::int64_t>());
-  }
+  void load(torch::serialize::InputArchive& a);
 };
 
 namespace detail {
 
 // SplitMix64's finaliser: well-mixed seeds from (seed, epoch, index, stream).
-inline std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-inline at::Generator generator_for(std::uint64_t seed, std::int64_t epoch, std::int64_t index, std::uint64_t stream) {
-  const auto s = mix(mix(mix(seed ^ stream) + static_cast<std::uint64_t>(epoch)) + static_cast<std::uint64_t>(index));
-  return at::detail::createCPUGenerator(s);
-}
+std::uint64_t mix(std::uint64_t x);
+at::Generator generator_for(std::uint64_t seed, std::int64_t epoch, std::int64_t index, std::uint64_t stream);
 
 template <class F, class X>
 decltype(auto) call(F& f, X&& x, at::Generator& g) {
@@ -256,3 +244,7 @@ Pipelined<Source, Stages...> pipelined(Source source, pipeline<Stages...> p, Pip
 }  // namespace data
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/data/impl/pipeline.ipp>
+#endif

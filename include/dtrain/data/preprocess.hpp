@@ -32,19 +32,8 @@ constexpr bool is_ascii_word_char(unsigned char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
 }
 // A preprocessor's state as JSON text in one archive entry, readable with any JSON tool.
-inline void write_json(torch::serialize::OutputArchive& a, const char* kind, const nlohmann::json& j) {
-  a.write("kind", c10::IValue(std::string(kind)));
-  a.write("state", c10::IValue(j.dump()));
-}
-inline nlohmann::json read_json(torch::serialize::InputArchive& a, const char* kind) {
-  c10::IValue k, s;
-  a.read("kind", k);
-  if (!k.isString() || k.toStringRef() != kind)
-    throw DataError(std::string("this object holds a ") + (k.isString() ? k.toStringRef() : "non-preprocessor") +
-                    ", not a " + kind + "; load it into the type it was saved from");
-  a.read("state", s);
-  return nlohmann::json::parse(s.toStringRef());
-}
+void write_json(torch::serialize::OutputArchive& a, const char* kind, const nlohmann::json& j);
+nlohmann::json read_json(torch::serialize::InputArchive& a, const char* kind);
 }  // namespace detail
 
 /// Class names <-> ids 0..K-1, the names sorted (so every rank and every run agree).
@@ -68,33 +57,14 @@ class LabelEncoder {
   bool contains(const std::string& name) const { return ids_.count(name) > 0; }
 
   /// The id of `name`; DataError naming the known classes when it was not seen in fit.
-  std::int64_t transform(const std::string& name) const {
-    const auto it = ids_.find(name);
-    if (it == ids_.end()) {
-      std::string known;
-      for (std::size_t i = 0; i < classes_.size() && i < 20; ++i) known += (i ? ", " : "") + classes_[i];
-      throw DataError("LabelEncoder: class \"" + name + "\" was not in the training split (known: " + known +
-                      (classes_.size() > 20 ? ", ..." : "") + "); drop such rows with data::filter or refit");
-    }
-    return it->second;
-  }
-  const std::string& inverse(std::int64_t id) const {
-    if (id < 0 || id >= size())
-      throw DataError("LabelEncoder: id " + std::to_string(id) + " is outside [0, " + std::to_string(size()) + ")");
-    return classes_[static_cast<std::size_t>(id)];
-  }
+  std::int64_t transform(const std::string& name) const;
+  const std::string& inverse(std::int64_t id) const;
 
   void save(torch::serialize::OutputArchive& a) const { detail::write_json(a, "LabelEncoder", classes_); }
-  void load(torch::serialize::InputArchive& a) {
-    classes_ = detail::read_json(a, "LabelEncoder").get<std::vector<std::string>>();
-    reindex();
-  }
+  void load(torch::serialize::InputArchive& a);
 
  private:
-  void reindex() {
-    ids_.clear();
-    for (std::size_t i = 0; i < classes_.size(); ++i) ids_.emplace(classes_[i], static_cast<std::int64_t>(i));
-  }
+  void reindex();
   std::vector<std::string> classes_;
   std::unordered_map<std::string, std::int64_t> ids_;
 };
@@ -104,43 +74,16 @@ class LabelEncoder {
 class StandardScaler {
  public:
   /// Fits on `x` [N, F] (float).
-  static StandardScaler fit(const torch::Tensor& x) {
-    if (x.dim() != 2 || x.size(0) == 0)
-      throw DataError("StandardScaler::fit: expects [samples, features] with at least one sample, got shape " +
-                      c10::str(x.sizes()));
-    StandardScaler s;
-    const auto d = x.to(torch::kFloat64);
-    s.mean_ = d.mean(0);
-    auto sd = d.std(0, /*unbiased=*/false);
-    s.std_ = torch::where(sd > 0, sd, torch::ones_like(sd));
-    return s;
-  }
-  torch::Tensor transform(const torch::Tensor& x) const {
-    if (!mean_.defined()) throw DataError("StandardScaler: transform before fit (or load)");
-    if (x.size(-1) != mean_.size(0))
-      throw DataError("StandardScaler: fitted on " + std::to_string(mean_.size(0)) + " features, given " +
-                      std::to_string(x.size(-1)));
-    return ((x.to(torch::kFloat64) - mean_) / std_).to(x.scalar_type());
-  }
+  static StandardScaler fit(const torch::Tensor& x);
+  torch::Tensor transform(const torch::Tensor& x) const;
   torch::Tensor inverse(const torch::Tensor& z) const {
     return (z.to(torch::kFloat64) * std_ + mean_).to(z.scalar_type());
   }
   const torch::Tensor& mean() const { return mean_; }
   const torch::Tensor& stddev() const { return std_; }
 
-  void save(torch::serialize::OutputArchive& a) const {
-    a.write("kind", c10::IValue(std::string("StandardScaler")));
-    a.write("mean", mean_);
-    a.write("std", std_);
-  }
-  void load(torch::serialize::InputArchive& a) {
-    c10::IValue k;
-    a.read("kind", k);
-    if (!k.isString() || k.toStringRef() != "StandardScaler")
-      throw DataError("this object is not a StandardScaler; load it into the type it was saved from");
-    a.read("mean", mean_);
-    a.read("std", std_);
-  }
+  void save(torch::serialize::OutputArchive& a) const;
+  void load(torch::serialize::InputArchive& a);
 
  private:
   torch::Tensor mean_, std_;
@@ -198,11 +141,7 @@ class WordVocabulary : public detail::encodings<WordVocabulary> {
   }
 
   /// The tokens of `text` (see for_each_token), at most `max_len` (0: all).
-  static std::vector<std::string> tokens(std::string_view text, std::int64_t max_len = 0) {
-    std::vector<std::string> out;
-    for_each_token(text, max_len, [&](std::string_view t) { out.emplace_back(t); });
-    return out;
-  }
+  static std::vector<std::string> tokens(std::string_view text, std::int64_t max_len = 0);
 
   /// The vocabulary of `texts` (the training split's).
   template <class Range>
@@ -262,12 +201,7 @@ class WordVocabulary : public detail::encodings<WordVocabulary> {
   void save(torch::serialize::OutputArchive& a) const {
     detail::write_json(a, "WordVocabulary", {{"max_len", max_len_}, {"words", words_}});
   }
-  void load(torch::serialize::InputArchive& a) {
-    const auto j = detail::read_json(a, "WordVocabulary");
-    max_len_ = j.at("max_len").get<std::int64_t>();
-    words_ = j.at("words").get<std::vector<std::string>>();
-    reindex();
-  }
+  void load(torch::serialize::InputArchive& a);
 
  private:
   friend class detail::encodings<WordVocabulary>;
@@ -293,3 +227,7 @@ class WordVocabulary : public detail::encodings<WordVocabulary> {
 }  // namespace data
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/data/impl/preprocess.ipp>
+#endif

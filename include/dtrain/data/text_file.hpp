@@ -27,17 +27,7 @@ inline constexpr std::size_t kScanChunkBytes = 1 << 20;
 
 class ReadOnlyFile {
  public:
-  explicit ReadOnlyFile(const std::filesystem::path& path) : path_(path.string()) {
-    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0)
-      throw DataError(path_ + ": cannot be opened (" + std::strerror(errno) + "); pass an existing, readable file");
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd_);
-      throw DataError(path_ + ": is not a regular file; pass a file, or a glob such as dir/*.csv");
-    }
-    size_ = static_cast<std::uint64_t>(st.st_size);
-  }
+  explicit ReadOnlyFile(const std::filesystem::path& path);
   ReadOnlyFile(const ReadOnlyFile&) = delete;
   ReadOnlyFile& operator=(const ReadOnlyFile&) = delete;
   ~ReadOnlyFile() { ::close(fd_); }
@@ -46,19 +36,7 @@ class ReadOnlyFile {
   std::uint64_t size() const { return size_; }
 
   /// Bytes [offset, offset + length) (fewer at the end of the file); safe from several threads.
-  std::string read(std::uint64_t offset, std::uint64_t length) const {
-    std::string out(length, '\0');
-    std::uint64_t done = 0;
-    while (done < length) {
-      const auto n = ::pread(fd_, out.data() + done, length - done, static_cast<off_t>(offset + done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) throw DataError(path_ + ": read failed (" + std::strerror(errno) + ")");
-      if (n == 0) break;
-      done += static_cast<std::uint64_t>(n);
-    }
-    out.resize(done);
-    return out;
-  }
+  std::string read(std::uint64_t offset, std::uint64_t length) const;
 
   /// Calls `f(chunk, offset_of_chunk)` for each kScanChunkBytes of the file, in order.
   template <class F>
@@ -78,3 +56,7 @@ class ReadOnlyFile {
 }  // namespace data::detail
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/data/impl/text_file.ipp>
+#endif

@@ -26,16 +26,8 @@ namespace data {
 class TokenIds {
  public:
   std::int64_t size() const { return static_cast<std::int64_t>(ends_.size()); }
-  std::span<const std::int64_t> operator[](std::int64_t i) const {
-    if (i < 0 || i >= size())
-      throw DataError("TokenIds: text " + std::to_string(i) + " is outside [0, " + std::to_string(size()) + ")");
-    const auto from = i == 0 ? 0 : ends_[static_cast<std::size_t>(i) - 1];
-    return {ids_.data() + from, ends_[static_cast<std::size_t>(i)] - from};
-  }
-  torch::Tensor tensor(std::int64_t i) const {
-    const auto s = (*this)[i];
-    return torch::tensor(c10::ArrayRef<std::int64_t>(s.data(), s.size()), torch::kInt64);
-  }
+  std::span<const std::int64_t> operator[](std::int64_t i) const;
+  torch::Tensor tensor(std::int64_t i) const;
   /// Every text's ids, one after another.
   const std::vector<std::int64_t>& flat() const { return ids_; }
 
@@ -48,15 +40,7 @@ class TokenIds {
     for (auto& id : ids_) id = f(id);
   }
   /// The texts `rows` (indices into this), in that order.
-  TokenIds select(const std::vector<std::int64_t>& rows) const {
-    TokenIds out;
-    for (auto r : rows) {
-      const auto s = (*this)[r];
-      out.ids_.insert(out.ids_.end(), s.begin(), s.end());
-      out.end_text();
-    }
-    return out;
-  }
+  TokenIds select(const std::vector<std::int64_t>& rows) const;
   void reserve(std::size_t texts, std::size_t ids) {
     ends_.reserve(texts);
     ids_.reserve(ids);
@@ -75,72 +59,21 @@ class TokenTable {
   static constexpr std::int64_t absent = -1;
 
   std::int64_t size() const { return static_cast<std::int64_t>(ends_.size()); }
-  std::string_view at(std::int64_t i) const {
-    const auto from = i == 0 ? 0 : ends_[static_cast<std::size_t>(i) - 1];
-    return {chars_.data() + from, ends_[static_cast<std::size_t>(i)] - from};
-  }
+  std::string_view at(std::int64_t i) const;
 
   /// The index of `s`, or `absent`.
-  std::int64_t find(std::string_view s) const {
-    if (slots_.empty()) return absent;
-    const auto h = hash(s);
-    for (auto k = h & mask_;; k = (k + 1) & mask_) {
-      const auto& slot = slots_[k];
-      if (slot.index == 0) return absent;
-      if (slot.hash == static_cast<std::uint32_t>(h) && at(slot.index - 1) == s) return slot.index - 1;
-    }
-  }
+  std::int64_t find(std::string_view s) const;
   /// The index of `s`, adding it when new.
-  std::int64_t intern(std::string_view s) {
-    if ((ends_.size() + 1) * 2 > slots_.size()) grow();
-    const auto h = hash(s);
-    for (auto k = h & mask_;; k = (k + 1) & mask_) {
-      auto& slot = slots_[k];
-      if (slot.index == 0) {
-        chars_.append(s);
-        ends_.push_back(chars_.size());
-        slot = {static_cast<std::uint32_t>(h), static_cast<std::uint32_t>(ends_.size())};
-        return size() - 1;
-      }
-      if (slot.hash == static_cast<std::uint32_t>(h) && at(slot.index - 1) == s) return slot.index - 1;
-    }
-  }
+  std::int64_t intern(std::string_view s);
 
   // 8 bytes at a time, multiply-xorshift mixed: tokens are short, and this is most of a lookup.
-  static std::uint64_t hash(std::string_view s) {
-    std::uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
-    std::size_t i = 0;
-    for (; i + 8 <= s.size(); i += 8) {
-      std::uint64_t w;
-      std::memcpy(&w, s.data() + i, 8);
-      h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
-      h ^= h >> 31;
-    }
-    if (i < s.size()) {
-      std::uint64_t w = 0;
-      std::memcpy(&w, s.data() + i, s.size() - i);
-      h = (h ^ w) * 0x94D049BB133111EBull;
-      h ^= h >> 29;
-    }
-    return h ^ (h >> 32);
-  }
+  static std::uint64_t hash(std::string_view s);
 
  private:
   struct Slot {
     std::uint32_t hash = 0, index = 0;  // index: the string's + 1; 0: empty
   };
-  void grow() {
-    const auto capacity = slots_.empty() ? std::size_t{64} : slots_.size() * 2;
-    if (capacity > (std::size_t{1} << 31)) throw DataError("TokenTable: more than 2^30 distinct strings");
-    slots_.assign(capacity, Slot{});
-    mask_ = capacity - 1;
-    for (std::int64_t i = 0; i < size(); ++i) {
-      const auto h = hash(at(i));
-      auto k = h & mask_;
-      while (slots_[k].index != 0) k = (k + 1) & mask_;
-      slots_[k] = {static_cast<std::uint32_t>(h), static_cast<std::uint32_t>(i + 1)};
-    }
-  }
+  void grow();
 
   std::vector<Slot> slots_;
   std::uint64_t mask_ = 0;
@@ -190,3 +123,7 @@ class encodings {
 }  // namespace data
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/data/impl/token_ids.ipp>
+#endif

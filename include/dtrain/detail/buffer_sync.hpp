@@ -22,14 +22,7 @@ namespace detail {
 class buffer_sync {
  public:
   buffer_sync() = default;
-  explicit buffer_sync(torch::nn::Module& module) {
-    for (auto& b : module.buffers())
-      if (b.is_floating_point()) buffers_.push_back(b);
-    if (buffers_.empty()) return;
-    std::int64_t n = 0;
-    for (auto& b : buffers_) n += b.numel();
-    flat_ = torch::empty({n}, buffers_.front().options().dtype(torch::kFloat));
-  }
+  explicit buffer_sync(torch::nn::Module& module);
 
   /// Packs this rank's buffers and starts the broadcast from rank 0 (nothing to do alone).
   template <class Communicator>
@@ -46,16 +39,7 @@ class buffer_sync {
   }
 
   /// After the broadcast's wait(): rank 0's values back into the buffers.
-  void finish() {
-    if (!pending_) return;
-    pending_ = false;
-    torch::NoGradGuard no_grad;
-    std::int64_t at = 0;
-    for (auto& b : buffers_) {
-      b.detach().copy_(flat_.narrow(0, at, b.numel()).view(b.sizes()));
-      at += b.numel();
-    }
-  }
+  void finish();
 
  private:
   std::vector<torch::Tensor> buffers_;
@@ -66,3 +50,7 @@ class buffer_sync {
 }  // namespace detail
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/detail/impl/buffer_sync.ipp>
+#endif

@@ -37,16 +37,7 @@ class serial_tasks {
 
   /// Queues `task`. With `wake` false the thread is not woken for it: it runs when a waiter's
   /// help() takes it, or on the thread when a later task or the end wakes it.
-  pending_task submit(std::function<void()> task, bool wake = true) {
-    std::packaged_task<void()> packaged(std::move(task));
-    std::shared_future<void> done = packaged.get_future().share();
-    {
-      std::lock_guard<std::mutex> lock(queue_->mutex);
-      queue_->tasks.push_back(std::move(packaged));
-    }
-    if (wake) queue_->changed.notify_all();
-    return {done, [queue = queue_, done] { queue->run_until(done); }};
-  }
+  pending_task submit(std::function<void()> task, bool wake = true);
 
   /// Whether the task running now runs on a thread that waits for it (read from inside a task).
   bool by_waiter() const { return queue_->by_waiter; }
@@ -59,15 +50,7 @@ class serial_tasks {
   }
 
   /// Runs what is queued, then ends the thread; tasks submitted later are never run.
-  void stop() {
-    if (!thread_.joinable()) return;
-    {
-      std::lock_guard<std::mutex> lock(queue_->mutex);
-      queue_->stop = true;
-    }
-    queue_->changed.notify_all();
-    thread_.join();
-  }
+  void stop();
 
  private:
   // Shared with the `help` of every pending task.
@@ -82,42 +65,9 @@ class serial_tasks {
     bool thread_sleeps = false;  // the executor's thread waits for a task or stop()
 
     // Runs the first queued task on this thread, the lock released meanwhile.
-    void run_front(std::unique_lock<std::mutex>& lock, bool waiter) {
-      auto task = std::move(tasks.front());
-      tasks.pop_front();
-      running = true;
-      by_waiter = waiter;
-      lock.unlock();
-      task();  // a failure goes to the task's future
-      lock.lock();
-      running = false;
-      // After a task the thread ran, its waiters go on. After a waiter's own task, the thread is
-      // woken only if something is left for it (a task queued, or stop() waiting for the end),
-      // or another thread waits: waking it for nothing would take a core from a worker.
-      if (!waiter || !tasks.empty() || stop || sleeping_waiters > 0) changed.notify_all();
-    }
-    void run_until(const std::shared_future<void>& done) {
-      std::unique_lock<std::mutex> lock(mutex);
-      while (done.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
-        if (!running && !tasks.empty()) {
-          run_front(lock, true);
-        } else {
-          ++sleeping_waiters;
-          changed.wait(lock);
-          --sleeping_waiters;
-        }
-      }
-    }
-    void serve() {
-      std::unique_lock<std::mutex> lock(mutex);
-      for (;;) {
-        thread_sleeps = true;
-        changed.wait(lock, [&] { return !running && (stop || !tasks.empty()); });
-        thread_sleeps = false;
-        if (tasks.empty()) return;  // stopped, and every task has run
-        run_front(lock, false);
-      }
-    }
+    void run_front(std::unique_lock<std::mutex>& lock, bool waiter);
+    void run_until(const std::shared_future<void>& done);
+    void serve();
   };
 
   std::shared_ptr<queue_state> queue_ = std::make_shared<queue_state>();  // before thread_, which uses it
@@ -127,3 +77,7 @@ class serial_tasks {
 }  // namespace detail
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/detail/impl/serial_tasks.ipp>
+#endif

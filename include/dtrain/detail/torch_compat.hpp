@@ -44,34 +44,9 @@ Key optimizer_state_key(const at::Tensor& param) {
 
 /// Autocast per device type: LibTorch before 2.4 spells it per device (set_cpu_enabled,
 /// set_autocast_gpu_dtype); 2.4 and later take the device type as an argument.
-inline bool autocast_enabled(at::DeviceType type) {
-#if DTRAIN_TORCH_AT_LEAST(2, 4)
-  return at::autocast::is_autocast_enabled(type);
-#else
-  return type == at::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
-#endif
-}
-inline at::ScalarType autocast_dtype(at::DeviceType type) {
-#if DTRAIN_TORCH_AT_LEAST(2, 4)
-  return at::autocast::get_autocast_dtype(type);
-#else
-  return type == at::kCUDA ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
-#endif
-}
-inline void set_autocast(at::DeviceType type, bool enabled, at::ScalarType dtype) {
-#if DTRAIN_TORCH_AT_LEAST(2, 4)
-  at::autocast::set_autocast_enabled(type, enabled);
-  at::autocast::set_autocast_dtype(type, dtype);
-#else
-  if (type == at::kCUDA) {
-    at::autocast::set_enabled(enabled);
-    at::autocast::set_autocast_gpu_dtype(dtype);
-  } else {
-    at::autocast::set_cpu_enabled(enabled);
-    at::autocast::set_autocast_cpu_dtype(dtype);
-  }
-#endif
-}
+bool autocast_enabled(at::DeviceType type);
+at::ScalarType autocast_dtype(at::DeviceType type);
+void set_autocast(at::DeviceType type, bool enabled, at::ScalarType dtype);
 
 /// The handle of a parameter's gradient accumulator (autograd's Node) that DDP's hooks hold:
 /// a std::shared_ptr up to LibTorch 2.11 at least, a c10::intrusive_ptr in 2.15.
@@ -91,35 +66,11 @@ struct AddedScalarType {
   const char* since;
   std::optional<at::ScalarType> type;
 };
-inline AddedScalarType added_scalar_type(std::string_view safetensors_name) {
-  using T = at::ScalarType;
-  const auto added = [&](const char* name, const char* since, std::optional<T> type) {
-    return safetensors_name == name ? std::optional<AddedScalarType>(AddedScalarType{since, type}) : std::nullopt;
-  };
-  std::optional<T> f8_e4m3, f8_e5m2, f8_e4m3fnuz, f8_e5m2fnuz, u16, u32, u64, f8_e8m0;
-#if DTRAIN_TORCH_AT_LEAST(2, 1)
-  f8_e4m3 = T::Float8_e4m3fn;
-  f8_e5m2 = T::Float8_e5m2;
-#endif
-#if DTRAIN_TORCH_AT_LEAST(2, 2)
-  f8_e4m3fnuz = T::Float8_e4m3fnuz;
-  f8_e5m2fnuz = T::Float8_e5m2fnuz;
-#endif
-#if DTRAIN_TORCH_AT_LEAST(2, 3)
-  u16 = T::UInt16;
-  u32 = T::UInt32;
-  u64 = T::UInt64;
-#endif
-#if DTRAIN_TORCH_AT_LEAST(2, 8)
-  f8_e8m0 = T::Float8_e8m0fnu;
-#endif
-  for (const auto& a : {added("F8_E4M3", "2.1", f8_e4m3), added("F8_E5M2", "2.1", f8_e5m2),
-                        added("F8_E4M3FNUZ", "2.2", f8_e4m3fnuz), added("F8_E5M2FNUZ", "2.2", f8_e5m2fnuz),
-                        added("U16", "2.3", u16), added("U32", "2.3", u32), added("U64", "2.3", u64),
-                        added("F8_E8M0", "2.8", f8_e8m0)})
-    if (a) return *a;
-  return {nullptr, std::nullopt};
-}
+AddedScalarType added_scalar_type(std::string_view safetensors_name);
 
 }  // namespace compat
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/detail/impl/torch_compat.ipp>
+#endif

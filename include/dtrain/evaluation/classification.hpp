@@ -22,36 +22,16 @@ namespace evaluation {
 /// matrices of any split of the data, in any order, gives the matrix of the whole.
 class ConfusionMatrix {
  public:
-  explicit ConfusionMatrix(std::int64_t num_classes) : counts_(torch::zeros({num_classes, num_classes}, torch::kFloat64)) {
-    if (num_classes < 2)
-      throw ConfigError("ConfusionMatrix needs at least 2 classes, got " + std::to_string(num_classes));
-  }
+  explicit ConfusionMatrix(std::int64_t num_classes);
 
   std::int64_t num_classes() const { return counts_.size(0); }
 
   /// Adds a batch: `predictions` are class indices [N] or scores [N, C] (argmax taken); `targets`
   /// are class indices [N].
-  void update(const torch::Tensor& predictions, const torch::Tensor& targets) {
-    torch::NoGradGuard no_grad;
-    const auto pred = (predictions.dim() == 2 ? predictions.argmax(1) : predictions).to(torch::kCPU, torch::kInt64);
-    const auto truth = targets.to(torch::kCPU, torch::kInt64);
-    if (pred.dim() != 1 || truth.dim() != 1 || pred.size(0) != truth.size(0))
-      throw ConfigError("ConfusionMatrix::update: " + std::to_string(pred.numel()) + " predictions for " +
-                        std::to_string(truth.numel()) + " targets; give one prediction per target");
-    const auto c = num_classes();
-    if (pred.numel() > 0 && (truth.min().item<std::int64_t>() < 0 || truth.max().item<std::int64_t>() >= c ||
-                             pred.min().item<std::int64_t>() < 0 || pred.max().item<std::int64_t>() >= c))
-      throw ConfigError("ConfusionMatrix::update: a class index is outside [0, " + std::to_string(c) + ")");
-    counts_ += torch::bincount(truth * c + pred, {}, c * c).view({c, c}).to(torch::kFloat64);
-  }
+  void update(const torch::Tensor& predictions, const torch::Tensor& targets);
 
   /// Adds another matrix's counts (the same classes).
-  void merge(const ConfusionMatrix& other) {
-    if (other.num_classes() != num_classes())
-      throw ConfigError("ConfusionMatrix::merge: " + std::to_string(other.num_classes()) + " classes into " +
-                        std::to_string(num_classes()));
-    counts_ += other.counts_;
-  }
+  void merge(const ConfusionMatrix& other);
 
   /// Sums the matrices of all ranks into every rank's (exact: counts below 2^53).
   template <class Communicator>
@@ -62,62 +42,21 @@ class ConfusionMatrix {
   /// counts[t][p]: samples of true class t predicted as p.
   const torch::Tensor& counts() const { return counts_; }
   /// The counts as rows of integers (counts_table()[t][p]), for files and reports.
-  std::vector<std::vector<std::int64_t>> counts_table() const {
-    const auto c = num_classes();
-    const auto cpu = counts_.to(torch::kCPU).contiguous();
-    const double* v = cpu.data_ptr<double>();
-    std::vector<std::vector<std::int64_t>> rows(static_cast<std::size_t>(c));
-    for (std::int64_t t = 0; t < c; ++t)
-      for (std::int64_t p = 0; p < c; ++p) rows[t].push_back(static_cast<std::int64_t>(v[t * c + p]));
-    return rows;
-  }
+  std::vector<std::vector<std::int64_t>> counts_table() const;
     std::int64_t total() const { return static_cast<std::int64_t>(counts_.sum().item<double>()); }
 
-  double accuracy() const {
-    const double n = counts_.sum().item<double>();
-    return n > 0 ? counts_.diagonal().sum().item<double>() / n : 0.0;
-  }
+  double accuracy() const;
 
   /// Per class precision, recall and F1 (0 where undefined, as scikit-learn's zero_division=0),
   /// and support (samples of the class).
   struct PerClass {
     std::vector<double> precision, recall, f1, support;
   };
-  PerClass per_class() const {
-    const auto c = num_classes();
-    const auto tp = counts_.diagonal(), predicted = counts_.sum(0), actual = counts_.sum(1);
-    PerClass out;
-    for (std::int64_t k = 0; k < c; ++k) {
-      const double t = tp[k].item<double>(), p = predicted[k].item<double>(), a = actual[k].item<double>();
-      const double prec = p > 0 ? t / p : 0.0, rec = a > 0 ? t / a : 0.0;
-      out.precision.push_back(prec);
-      out.recall.push_back(rec);
-      out.f1.push_back(prec + rec > 0 ? 2 * prec * rec / (prec + rec) : 0.0);
-      out.support.push_back(a);
-    }
-    return out;
-  }
+  PerClass per_class() const;
 
   /// accuracy, and precision, recall and F1 both macro (unweighted mean over classes) and weighted
   /// (mean weighted by support), as scikit-learn's classification_report computes them.
-  Metrics summary(const std::string& prefix = "") const {
-    const auto pc = per_class();
-    double total_support = 0;
-    for (double s : pc.support) total_support += s;
-    auto mean = [&](const std::vector<double>& v, bool weighted) {
-      double sum = 0;
-      for (std::size_t k = 0; k < v.size(); ++k) sum += weighted ? v[k] * pc.support[k] : v[k];
-      const double denominator = weighted ? total_support : static_cast<double>(v.size());
-      return denominator > 0 ? sum / denominator : 0.0;
-    };
-    return {{prefix + "accuracy", accuracy()},
-            {prefix + "precision_macro", mean(pc.precision, false)},
-            {prefix + "recall_macro", mean(pc.recall, false)},
-            {prefix + "f1_macro", mean(pc.f1, false)},
-            {prefix + "precision_weighted", mean(pc.precision, true)},
-            {prefix + "recall_weighted", mean(pc.recall, true)},
-            {prefix + "f1_weighted", mean(pc.f1, true)}};
-  }
+  Metrics summary(const std::string& prefix = "") const;
 
  private:
   torch::Tensor counts_;
@@ -126,3 +65,7 @@ class ConfusionMatrix {
 }  // namespace evaluation
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/evaluation/impl/classification.ipp>
+#endif

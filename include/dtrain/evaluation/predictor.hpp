@@ -58,16 +58,7 @@ class Predictions {
   torch::Tensor classes() const { return probabilities_.argmax(1); }
   const std::vector<std::string>& class_names() const { return names_; }
 
-  Prediction operator[](std::int64_t i) const {
-    if (i < 0 || i >= size())
-      throw ConfigError("Predictions: sample " + std::to_string(i) + " is outside [0, " + std::to_string(size()) + ")");
-    const auto row = probabilities_[i].to(torch::kFloat64).contiguous();
-    Prediction p;
-    p.probabilities.assign(row.data_ptr<double>(), row.data_ptr<double>() + row.numel());
-    p.class_index = row.argmax().item<std::int64_t>();
-    p.label = names_.at(static_cast<std::size_t>(p.class_index));
-    return p;
-  }
+  Prediction operator[](std::int64_t i) const;
 
  private:
   torch::Tensor probabilities_;
@@ -403,3 +394,7 @@ std::vector<std::string> class_names(const Names& names) {
 }  // namespace evaluation
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/evaluation/impl/predictor.ipp>
+#endif

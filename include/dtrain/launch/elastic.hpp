@@ -43,21 +43,8 @@ inline bool regrow_due(const WorkerIdentity& who, const ScalingConfig& scaling, 
 
 /// An elastic range needs checkpoints to resume from, and optimizer state that a group of another
 /// size can load: whole, or sharded by a Strategy that re-shards it (strategy::fsdp<> does).
-inline void check_elastic(const ScalingConfig& scaling, bool persists, bool shards_optimizer,
-                          bool reshards_optimizer = false) {
-  if (!scaling.elastic()) return;
-  const std::string range = "ScalingConfig::min_workers = " + std::to_string(scaling.minimum_workers()) +
-                            " < num_workers = " + std::to_string(scaling.num_workers);
-  if (!persists)
-    throw ConfigError(range + " makes the group elastic, which resumes each smaller or larger group from the "
-                      "latest checkpoint; add dtrain::checkpointer::directory<> to the Trainer's policies, or "
-                      "leave min_workers unset");
-  if (shards_optimizer && !reshards_optimizer)
-    throw ConfigError(range + ", but the Trainer's Strategy shards the optimizer state over the ranks and "
-                      "cannot re-shard it (no reshards_optimizer), so its checkpoint resumes only with the world "
-                      "size that wrote it; use strategy::ddp<> or strategy::fsdp<> (which re-shards), or leave "
-                      "min_workers unset");
-}
+void check_elastic(const ScalingConfig& scaling, bool persists, bool shards_optimizer,
+                          bool reshards_optimizer = false);
 
 /// The driver's choice of each group's size, and why it changed.
 class ElasticSize {
@@ -70,15 +57,7 @@ class ElasticSize {
   /// After a failed group whose end `rank` caused, when the latest checkpoint is at `latest_step`:
   /// "shrink" when that rank also ended the group before, with no newer checkpoint between (and
   /// the group is above min_workers), else "restart" (the same size again).
-  std::string after_failure(int rank, std::int64_t latest_step) {
-    const bool again = last_rank_ == rank && last_step_ == latest_step;
-    last_rank_ = rank;
-    last_step_ = latest_step;
-    if (!again || size_ <= min_) return "restart";
-    --size_;
-    last_rank_ = -1;  // the smaller group starts its own count
-    return "shrink";
-  }
+  std::string after_failure(int rank, std::int64_t latest_step);
 
   /// After a smaller group stopped at a checkpoint to grow back.
   std::string after_regroup() {
@@ -97,14 +76,12 @@ class ElasticSize {
 /// rank killed by a signal that the driver did not send, if one has ended by now, rather than a
 /// rank that exited with an error because it lost that peer (which poll() may find first: it
 /// looks at the ranks in order).
-inline ExitStatus first_cause(WorkerGroup& group, ExitStatus first) {
-  ExitStatus cause = first;
-  while (auto other = group.poll()) {
-    if (WIFSIGNALED(other->status) && !WIFSIGNALED(cause.status)) cause = *other;
-  }
-  return cause;
-}
+ExitStatus first_cause(WorkerGroup& group, ExitStatus first);
 
 }  // namespace launch
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/launch/impl/elastic.ipp>
+#endif

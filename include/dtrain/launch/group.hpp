@@ -35,9 +35,7 @@ class Group {
   /// same for its progress (see launch/heartbeat.hpp).
   Group(const WorkerIdentity& who, c10::intrusive_ptr<c10d::Store> store, std::chrono::milliseconds timeout,
         std::chrono::milliseconds heartbeat_timeout = std::chrono::milliseconds(0),
-        std::chrono::milliseconds progress_timeout = std::chrono::milliseconds(0))
-      : who_(who), store_(std::move(store)), timeout_(timeout),
-        heartbeat_(std::make_unique<Heartbeat>(who, *store_, heartbeat_timeout, progress_timeout)) {}
+        std::chrono::milliseconds progress_timeout = std::chrono::milliseconds(0));
 
   const WorkerIdentity& identity() const { return who_; }
   int rank() const { return who_.rank; }
@@ -56,40 +54,18 @@ class Group {
   /// A peer that goes on issuing collectives instead (it skipped this step, or issues collectives
   /// this rank does not) is named within about a second, from the collective counts the ranks'
   /// heartbeats publish: at a group step every rank has issued the same collectives.
-  void arrive(const std::string& name, const std::string& what, std::int64_t reports, bool finishing = false) const {
-    const auto k = key(name);
-    store_->add(k, 1);
-    wait_until([&] { return store_->add(k, 0) >= who_.world_size; }, what, reports, finishing);
-  }
+  void arrive(const std::string& name, const std::string& what, std::int64_t reports, bool finishing = false) const;
 
   /// Waits, as arrive() does, until rank 0 has published `name` (a decide() every rank reads at
   /// the same step), failing fast when a rank failed or left the train loop.
-  void await_decision(const std::string& name, const std::string& what) const {
-    const auto k = key(name);
-    wait_until([&] { return store_->check({k}); }, what, -1, false);
-  }
+  void await_decision(const std::string& name, const std::string& what) const;
 
   /// Throws when another rank of the group recorded a failure.
-  void check_errors(const std::string& what) const {
-    if (store_->add(key("errors"), 0) > 0)
-      throw WorkerError("another rank failed while rank " + std::to_string(who_.rank) + " waited at " + what);
-  }
+  void check_errors(const std::string& what) const;
 
   /// Throws when waiting at `what` cannot end: a rank failed, or returned from the train loop
   /// with fewer than `reports` report() calls (a negative `reports`: returned at all).
-  void check_peers(const std::string& what, std::int64_t reports = -1) const {
-    check_errors(what);
-    heartbeat_->watch(*store_, what);
-    for (int r = 0; r < who_.world_size; ++r) {
-      const auto fk = key(finished_key(r));
-      if (r == who_.rank || !store_->check({fk})) continue;
-      const auto n = std::stoll(to_string(store_->get(fk)));
-      if (reports < 0 || n < reports)
-        throw WorkerError("rank " + std::to_string(r) + " returned from the train loop after " + std::to_string(n) +
-                          " report() calls while rank " + std::to_string(who_.rank) + " waits at " + what +
-                          "; every rank must make the same report() calls and collectives");
-    }
-  }
+  void check_peers(const std::string& what, std::int64_t reports = -1) const;
 
   /// Rank 0 computes `choose()` and publishes it under `name`; every rank (rank 0 too) returns it.
   /// When choose() throws on rank 0, rank 0 rethrows and the others throw ConfigError with its
@@ -124,17 +100,7 @@ class Group {
 
   /// The end of the train loop: publishes this rank's report() count, waits for every rank, and
   /// throws WorkerError when the counts differ.
-  void finish(std::int64_t reports) const {
-    store_->set(key(finished_key(who_.rank)), to_bytes(std::to_string(reports)));
-    arrive("finished", "the end of the train loop", reports, /*finishing=*/true);
-    for (int r = 0; r < who_.world_size; ++r) {
-      const auto n = std::stoll(to_string(store_->get(key(finished_key(r)))));
-      if (n != reports)
-        throw WorkerError("rank " + std::to_string(r) + " called report() " + std::to_string(n) + " times and rank " +
-                          std::to_string(who_.rank) + " " + std::to_string(reports) +
-                          " times; every rank must call report() equally often");
-    }
-  }
+  void finish(std::int64_t reports) const;
 
  private:
   static std::string finished_key(int rank) { return "finished/" + std::to_string(rank); }
@@ -174,3 +140,7 @@ class Group {
 }  // namespace launch
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/launch/impl/group.ipp>
+#endif

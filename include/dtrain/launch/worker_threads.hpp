@@ -20,23 +20,11 @@ namespace launch {
 
 /// OpenBLAS's thread count, when LibTorch uses OpenBLAS (OPENBLAS_NUM_THREADS is read only when
 /// the library loads, so a forked worker needs the calls).
-inline int blas_threads() {
-  using getter = int (*)();
-  auto get = reinterpret_cast<getter>(::dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-  return get ? get() : 0;
-}
-inline void set_blas_threads(int n) {
-  using setter = void (*)(int);
-  if (auto set = reinterpret_cast<setter>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(n);
-}
+int blas_threads();
+void set_blas_threads(int n);
 
 /// OpenBLAS's kernel ("Haswell", "SkylakeX", ...), or "" when LibTorch does not use OpenBLAS.
-inline std::string blas_kernel() {
-  using getter = char* (*)();
-  auto get = reinterpret_cast<getter>(::dlsym(RTLD_DEFAULT, "openblas_get_corename"));
-  const char* name = get ? get() : nullptr;
-  return name ? name : "";
-}
+std::string blas_kernel();
 
 /// What to set when OpenBLAS runs its generic SSE3 kernel ("Prescott") on a CPU with AVX2 or
 /// AVX-512, or "": a DYNAMIC_ARCH OpenBLAS falls back to it on a CPU it does not recognise
@@ -49,24 +37,7 @@ inline std::string blas_kernel_fix(const std::string& kernel, bool coretype_set,
 }
 
 /// Prints, once per process, how to give OpenBLAS its fast kernel when it runs the generic one.
-inline void warn_if_generic_blas_kernel() {
-#if defined(__x86_64__) || defined(__i386__)
-  static bool warned = false;
-  if (std::exchange(warned, true)) return;
-  __builtin_cpu_init();
-  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-                      __builtin_cpu_supports("avx512cd");
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  const auto fix = blas_kernel_fix(blas_kernel(), std::getenv("OPENBLAS_CORETYPE") != nullptr, avx512, avx2);
-  if (!fix.empty())
-    std::fprintf(stderr,
-                 "dtrain: warning: OpenBLAS does not recognise this CPU and runs its generic Prescott kernel "
-                 "(SSE3), which can run Linear layers at half speed; the CPU has %s: run "
-                 "with OPENBLAS_CORETYPE=%s in the environment (OpenBLAS reads it as it loads)\n",
-                 avx512 ? "AVX-512" : "AVX2", fix.c_str());
-#endif
-}
+void warn_if_generic_blas_kernel();
 
 /// Intra-op threads for this worker, and as many for OpenBLAS, whose own pool would otherwise
 /// compete with torch's. OpenBLAS's count is set only when it differs: in a forked process the
@@ -97,3 +68,7 @@ class BlasThreadsForWorkers {
 }  // namespace launch
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/launch/impl/worker_threads.ipp>
+#endif

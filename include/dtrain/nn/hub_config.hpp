@@ -28,24 +28,7 @@ namespace detail {
 /// The JSON of `path`: a Hugging Face model directory's `name` (config.json) or that file itself.
 /// Returns the object and the file's path (for errors). ConfigError naming the file when it
 /// cannot be read or is not JSON.
-inline std::pair<nlohmann::json, std::string> read_hub_json(const std::filesystem::path& path, const std::string& name) {
-  std::error_code ec;
-  // A directory, or a path that is not there and is not named like a file: the directory's `name`.
-  const bool directory = std::filesystem::is_directory(path, ec) ||
-                         (!std::filesystem::exists(path, ec) && path.extension() != ".json");
-  const auto file = directory ? path / name : path;
-  std::ifstream in(file);
-  if (!in)
-    throw ConfigError(file.string() + ": cannot be read; a Hugging Face model directory has its " + name +
-                      " beside model.safetensors");
-  std::stringstream text;
-  text << in.rdbuf();
-  try {
-    return {nlohmann::json::parse(text.str()), file.string()};
-  } catch (const nlohmann::json::exception& e) {
-    throw ConfigError(file.string() + ": not JSON (" + e.what() + ")");
-  }
-}
+std::pair<nlohmann::json, std::string> read_hub_json(const std::filesystem::path& path, const std::string& name);
 
 /// config.json's labels: id2label ({"0": "neg", ...}, ids 0..n-1), else num_labels (LABEL_0 ...),
 /// else `fallback`; label2id, where present, must be id2label's inverse and num_labels its size.
@@ -93,17 +76,14 @@ std::vector<std::string> read_hub_labels(const nlohmann::json& j, std::vector<st
 }
 
 /// id2label and label2id written into config.json's object `j`.
-inline void write_hub_labels(nlohmann::json& j, const std::vector<std::string>& id2label) {
-  j["id2label"] = nlohmann::json::object();
-  j["label2id"] = nlohmann::json::object();
-  for (std::size_t i = 0; i < id2label.size(); ++i) {
-    j["id2label"][std::to_string(i)] = id2label[i];
-    j["label2id"][id2label[i]] = i;
-  }
-}
+void write_hub_labels(nlohmann::json& j, const std::vector<std::string>& id2label);
 
 }  // namespace detail
 
 }  // namespace nn
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/nn/impl/hub_config.ipp>
+#endif

@@ -41,21 +41,13 @@ namespace nn {
 /// Mean cross entropy of `logits` [N, classes] (any floating dtype) against class indices `target`
 /// [N], in fp32; targets equal to `ignore_index` count for nothing (F.cross_entropy's default).
 /// Returns an fp32 scalar. Call it inside or outside ctx.autocast(): it decides its dtypes itself.
-inline torch::Tensor cross_entropy_fp32(const torch::Tensor& logits, const torch::Tensor& target,
-                                        std::int64_t ignore_index = -100) {
-  if (logits.dim() != 2 || target.dim() != 1 || target.size(0) != logits.size(0))
-    throw ConfigError("nn::cross_entropy_fp32: logits must be [N, classes] and target [N]; got logits " +
-                      c10::str(logits.sizes()) + " and target " +
-                      c10::str(target.sizes()) +
-                      ". A sequence model's logits [B, S, classes] go in as logits.reshape({-1, logits.size(-1)}) "
-                      "with target.reshape({-1})");
-#if DTRAIN_FUSED_CROSS_ENTROPY
-  if (auto fused = detail::fused_cross_entropy_fp32(logits, target, ignore_index)) return *std::move(fused);
-#endif
-  return torch::nn::functional::cross_entropy(
-      logits.to(torch::kFloat), target, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(ignore_index));
-}
+torch::Tensor cross_entropy_fp32(const torch::Tensor& logits, const torch::Tensor& target,
+                                        std::int64_t ignore_index = -100);
 
 }  // namespace nn
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/nn/impl/loss.ipp>
+#endif

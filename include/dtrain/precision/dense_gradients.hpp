@@ -61,27 +61,7 @@ class dense_gradients {
     torch::Tensor rows;  // rows written last time; undefined: the whole table
   };
 
-  torch::Tensor densify(const torch::Tensor& p) {
-    torch::NoGradGuard no_grad;
-    const auto& g = p.grad();
-    auto& b = buffers_[p.unsafeGetTensorImpl()];
-    if (!b.dense.defined() || b.dense.sizes() != g.sizes() || b.dense.scalar_type() != g.scalar_type() ||
-        b.dense.device() != g.device()) {
-      b.dense = torch::zeros(g.sizes(), g.options().layout(torch::kStrided));
-    } else if (b.rows.defined()) {
-      b.dense.index_fill_(0, b.rows, 0);
-    } else {
-      b.dense.zero_();
-    }
-    if (g.sparse_dim() == 1) {
-      b.rows = g._indices()[0].clone();  // zero_grad may clear the gradient's own in place
-      b.dense.index_add_(0, b.rows, g._values());  // sums an uncoalesced gradient's repeats
-    } else {
-      b.rows = torch::Tensor();
-      b.dense.add_(g);
-    }
-    return b.dense;
-  }
+  torch::Tensor densify(const torch::Tensor& p);
 
   std::unordered_map<const c10::TensorImpl*, buffer> buffers_;
 };
@@ -89,3 +69,7 @@ class dense_gradients {
 }  // namespace precision
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/precision/impl/dense_gradients.ipp>
+#endif

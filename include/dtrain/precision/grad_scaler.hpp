@@ -33,16 +33,7 @@ struct GradScalerOptions {
   double backoff_factor = 0.5;
   std::int64_t growth_interval = 2000;
 
-  void validate() const {
-    if (!(init_scale > 0) || !std::isfinite(init_scale))
-      throw ConfigError("GradScalerOptions::init_scale is " + std::to_string(init_scale) + "; it must be positive and finite");
-    if (!(growth_factor > 1))
-      throw ConfigError("GradScalerOptions::growth_factor is " + std::to_string(growth_factor) + "; it must be > 1");
-    if (!(backoff_factor > 0 && backoff_factor < 1))
-      throw ConfigError("GradScalerOptions::backoff_factor is " + std::to_string(backoff_factor) + "; it must be in (0, 1)");
-    if (growth_interval < 1)
-      throw ConfigError("GradScalerOptions::growth_interval is " + std::to_string(growth_interval) + "; it must be >= 1");
-  }
+  void validate() const;
 };
 
 /// Dynamic loss scaling. backward() goes through scale(loss), so that small fp16 gradients do not
@@ -61,14 +52,7 @@ class GradScaler {
   /// Takes the maximum of a one-element float tensor over every rank, in place. Empty: one rank.
   using agree_fn = std::function<void(torch::Tensor& found_inf)>;
 
-  explicit GradScaler(torch::Device device, GradScalerOptions options = {}, agree_fn agree = {})
-      : options_(options), agree_(std::move(agree)), device_(device), scale_value_(options.init_scale) {
-    options_.validate();
-    const auto f = torch::TensorOptions().device(device).dtype(torch::kFloat);
-    scale_ = torch::full({1}, options_.init_scale, f);
-    found_inf_ = torch::zeros({1}, f);
-    growth_tracker_ = torch::zeros({1}, f.dtype(torch::kInt));
-  }
+  explicit GradScaler(torch::Device device, GradScalerOptions options = {}, agree_fn agree = {});
 
   /// `loss` times the current scale; call backward() on that.
   torch::Tensor scale(const torch::Tensor& loss) const { return loss * scale_; }
@@ -102,47 +86,10 @@ class GradScaler {
 
   /// Divides `grads` by the scale in place and reports whether any held an inf or NaN, agreed over
   /// ranks. For step() and unscale(); public for tests and custom loops (then call update()).
-  bool unscale_grads(std::vector<torch::Tensor>& grads) {
-    torch::NoGradGuard no_grad;
-    found_inf_.zero_();
-    const auto inv_scale = scale_.to(torch::kDouble).reciprocal().to(torch::kFloat);
-    if (device_.is_cuda()) {
-      // The fused kernel wants one dtype per call.
-      std::map<torch::ScalarType, std::vector<torch::Tensor>> by_dtype;
-      for (auto& g : grads) by_dtype[g.scalar_type()].push_back(g);
-      for (auto& [dtype, list] : by_dtype) at::_amp_foreach_non_finite_check_and_unscale_(list, found_inf_, inv_scale);
-    } else {
-      for (auto& g : grads) {
-        found_inf_.copy_(torch::maximum(found_inf_, torch::isfinite(g).logical_not().any().to(torch::kFloat).reshape({1})));
-        g.mul_(inv_scale.to(g.scalar_type()));
-      }
-    }
-    if (agree_) agree_(found_inf_);
-    return found_inf_.item<float>() > 0;
-  }
+  bool unscale_grads(std::vector<torch::Tensor>& grads);
 
   /// Backs the scale off after an overflow, or grows it after growth_interval clean steps.
-  void update(bool found_inf) {
-    torch::NoGradGuard no_grad;
-    if (device_.is_cuda()) {
-      // found_inf_ is the agreed flag unscale_grads() left on the device; the host mirror below
-      // follows the same rule, so scale() needs no synchronisation.
-      at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, options_.growth_factor, options_.backoff_factor,
-                             options_.growth_interval);
-    }
-    if (found_inf) {
-      scale_value_ *= options_.backoff_factor;
-      clean_steps_ = 0;
-    } else if (++clean_steps_ == options_.growth_interval) {
-      // As ATen's kernel: a growth that would overflow fp32 keeps the scale.
-      if (std::isfinite(static_cast<float>(scale_value_ * options_.growth_factor))) scale_value_ *= options_.growth_factor;
-      clean_steps_ = 0;
-    }
-    if (!device_.is_cuda()) {
-      scale_.fill_(scale_value_);
-      growth_tracker_.fill_(clean_steps_);
-    }
-  }
+  void update(bool found_inf);
 
   /// The current scale (host copy).
   double scale_value() const { return scale_value_; }
@@ -156,28 +103,8 @@ class GradScaler {
 
   /// The state a resumed run needs to scale as the saved one would have: the scale, the clean
   /// steps since its last change, and the skipped steps (the options come from the code).
-  void save(torch::serialize::OutputArchive& archive) const {
-    archive.write("scale", torch::tensor(scale_value_, torch::kDouble));
-    archive.write("growth_tracker", torch::tensor(clean_steps_, torch::kLong));
-    archive.write("skipped_steps", torch::tensor(skipped_, torch::kLong));
-  }
-  void load(torch::serialize::InputArchive& archive) {
-    torch::Tensor scale, tracker, skipped;
-    archive.read("scale", scale);
-    archive.read("growth_tracker", tracker);
-    archive.read("skipped_steps", skipped);
-    const double value = scale.item<double>();
-    const auto clean = tracker.item<std::int64_t>();
-    if (!(value > 0) || !std::isfinite(value) || clean < 0 || skipped.item<std::int64_t>() < 0)
-      throw Error("GradScaler::load: a saved scale of " + std::to_string(value) + ", growth tracker " +
-                  std::to_string(clean) + " and skipped steps " + std::to_string(skipped.item<std::int64_t>()) +
-                  " are not a GradScaler's state (the scale must be positive and finite, the counts >= 0)");
-    scale_value_ = value;
-    clean_steps_ = clean;
-    skipped_ = skipped.item<std::int64_t>();
-    scale_.fill_(scale_value_);
-    growth_tracker_.fill_(clean_steps_);
-  }
+  void save(torch::serialize::OutputArchive& archive) const;
+  void load(torch::serialize::InputArchive& archive);
 
  private:
   GradScalerOptions options_;
@@ -192,3 +119,7 @@ class GradScaler {
 }  // namespace precision
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/precision/impl/grad_scaler.ipp>
+#endif

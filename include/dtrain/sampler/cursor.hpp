@@ -25,28 +25,13 @@ class EpochCursor {
   /// Resumes at `epoch`, `position` batches into it; `offset`: the samples of the epoch's order
   /// all ranks together had trained (-1: unknown, a checkpoint from before offsets were saved).
   /// `redeal`: the worker count changed, so the epoch continues from `offset` (see continue_from).
-  void resume(std::int64_t epoch, std::int64_t position, std::int64_t offset = -1, bool redeal = false) {
-    first_epoch_ = epoch_ = epoch;
-    resume_position_ = position_ = position;
-    resume_offset_ = offset;
-    redeal_ = redeal;
-    skip_pending_ = position > 0 || offset > 0;
-    in_hand_ = -1;
-  }
+  void resume(std::int64_t epoch, std::int64_t position, std::int64_t offset = -1, bool redeal = false);
 
   /// A shard of the Trainer's Sampler with `global_batch` samples a step (all ranks together)
   /// begins. Returns the sample offset to deal the rest of the resumed epoch from, when it must
   /// continue by offset rather than by skipping batches: under another worker count, or when the
   /// checkpoint's own epoch had been dealt from an offset. The shard then skips nothing.
-  std::optional<std::int64_t> continue_from(std::int64_t global_batch) {
-    global_batch_ = global_batch;
-    if (!skip_pending_ || resume_offset_ < 0) return std::nullopt;
-    if (!redeal_ && resume_offset_ == resume_position_ * global_batch) return std::nullopt;
-    base_ = resume_offset_;
-    skip_pending_ = false;
-    position_ = 0;
-    return base_;
-  }
+  std::optional<std::int64_t> continue_from(std::int64_t global_batch);
 
   /// The epoch ctx.epochs(n) starts at: 0, or the resumed one.
   std::int64_t first_epoch() const { return first_epoch_; }
@@ -59,31 +44,11 @@ class EpochCursor {
   std::int64_t epoch_batches() const { return epoch_batches_; }
 
   /// Epoch `e` begins: the resumed epoch keeps its position, any other starts at 0.
-  void begin_epoch(std::int64_t e) {
-    epoch_ = e;
-    epoch_batches_ = 0;
-    in_hand_ = -1;
-    ended_ = false;
-    base_ = 0;
-    if (skip_pending_ && e == first_epoch_) {
-      position_ = resume_position_;
-    } else {
-      skip_pending_ = false;
-      position_ = 0;
-    }
-  }
+  void begin_epoch(std::int64_t e);
 
   /// A shard of the Trainer's Sampler with `n_batches` batches begins; returns how many of its
   /// first batches to skip (the resumed position, once).
-  std::int64_t begin_shard(std::int64_t n_batches) {
-    epoch_batches_ = n_batches;
-    in_hand_ = -1;
-    std::int64_t skip = 0;
-    if (skip_pending_) skip = std::min(position_, n_batches);
-    else position_ = 0;
-    skip_pending_ = false;
-    return skip;
-  }
+  std::int64_t begin_shard(std::int64_t n_batches);
 
   /// Batch `index` of the current shard was handed to the loop: the ones before it are finished.
   void reached(std::int64_t index) {
@@ -99,20 +64,12 @@ class EpochCursor {
 
   /// Where a checkpoint taken now resumes: (epoch, position); after an epoch's last batch, or
   /// once the loop ended the epoch, the next epoch's first.
-  std::pair<std::int64_t, std::int64_t> resume_point() const {
-    if (ended_ || (epoch_batches_ > 0 && position_ >= epoch_batches_)) return {epoch_ + 1, 0};
-    return {epoch_, position_};
-  }
+  std::pair<std::int64_t, std::int64_t> resume_point() const;
 
   /// The epoch's global sample offset at resume_point(): the samples of its order all ranks
   /// together trained (0 at an epoch's start), which another worker count continues from; -1 when
   /// not known (no shard of this epoch yet, resumed from a checkpoint that saved no offset).
-  std::int64_t resume_offset() const {
-    if (ended_ || (epoch_batches_ > 0 && position_ >= epoch_batches_)) return 0;  // the next epoch's start
-    if (skip_pending_) return resume_offset_ >= 0 ? resume_offset_ : global_batch_ > 0 ? position_ * global_batch_ : -1;
-    if (position_ > 0 && global_batch_ == 0) return -1;  // no shard yet: unknown
-    return base_ + position_ * global_batch_;
-  }
+  std::int64_t resume_offset() const;
 
  private:
   std::int64_t first_epoch_ = 0, epoch_ = 0, position_ = 0, epoch_batches_ = 0, resume_position_ = 0;
@@ -125,3 +82,7 @@ class EpochCursor {
 }  // namespace sampler
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/sampler/impl/cursor.ipp>
+#endif

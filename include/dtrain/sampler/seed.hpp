@@ -25,10 +25,10 @@ inline std::optional<std::uint64_t>& process_seed() {
 /// fit()) and the Trainer's Sampler (where RunConfig::seed is unset), and turns on LibTorch's
 /// deterministic algorithms (an operation without one then throws rather than varies). Two runs
 /// with the same seed, worker count and data then train bitwise-equal parameters.
-inline void enable_reproducibility(std::uint64_t seed) {
-  torch::manual_seed(seed);
-  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
-  sampler::process_seed() = seed;
-}
+void enable_reproducibility(std::uint64_t seed);
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/sampler/impl/seed.ipp>
+#endif

@@ -21,21 +21,10 @@ class StepLR {
  public:
   static constexpr const char* kind = "StepLR";
 
-  StepLR(torch::optim::Optimizer& optimizer, std::int64_t step_size, double gamma = 0.1)
-      : optimizer_(&optimizer), step_size_(step_size), gamma_(gamma), base_(detail::group_lrs(optimizer)),
-        lrs_(base_) {
-    detail::require(step_size >= 1, "StepLR: step_size " + std::to_string(step_size) + " must be at least 1");
-    detail::require(gamma > 0 && std::isfinite(gamma),
-                    "StepLR: gamma " + std::to_string(gamma) + " must be a positive finite factor (e.g. 0.1)");
-  }
+  StepLR(torch::optim::Optimizer& optimizer, std::int64_t step_size, double gamma = 0.1);
 
   /// One step (an epoch, or an optimizer step, as the loop counts them): sets the learning rates.
-  void step() {
-    ++steps_;
-    const double factor = std::pow(gamma_, static_cast<double>(steps_ / step_size_));
-    for (std::size_t i = 0; i < base_.size(); ++i) lrs_[i] = base_[i] * factor;
-    detail::set_group_lrs(*optimizer_, lrs_);
-  }
+  void step();
 
   std::vector<double> lrs() const { return lrs_; }
   std::int64_t steps() const { return steps_; }
@@ -56,3 +45,7 @@ class StepLR {
 }  // namespace schedule
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/schedule/impl/step_lr.ipp>
+#endif

@@ -36,16 +36,7 @@ class WarmupCosine {
  public:
   static constexpr const char* kind = "WarmupCosine";
 
-  WarmupCosine(torch::optim::Optimizer& optimizer, WarmupCosineOptions options)
-      : optimizer_(&optimizer), o_(options), base_(detail::group_lrs(optimizer)), lrs_(base_) {
-    detail::require(o_.warmup_steps >= 0 && o_.total_steps > o_.warmup_steps,
-                    "WarmupCosine: warmup_steps " + std::to_string(o_.warmup_steps) + " and total_steps " +
-                        std::to_string(o_.total_steps) + " need 0 <= warmup_steps < total_steps");
-    detail::require(o_.start_factor > 0 && o_.start_factor <= 1,
-                    "WarmupCosine: start_factor " + std::to_string(o_.start_factor) + " must be in (0, 1]");
-    detail::require(o_.min_lr >= 0, "WarmupCosine: min_lr " + std::to_string(o_.min_lr) + " must not be negative");
-    apply();
-  }
+  WarmupCosine(torch::optim::Optimizer& optimizer, WarmupCosineOptions options);
 
   /// One optimizer step taken: sets the learning rates of step steps()+1.
   void step() {
@@ -54,14 +45,7 @@ class WarmupCosine {
   }
 
   /// The learning rate of a group whose base rate is `base`, after `t` steps.
-  double lr_at(double base, std::int64_t t) const {
-    if (t < o_.warmup_steps)
-      return base * (o_.start_factor + (1 - o_.start_factor) * static_cast<double>(t) / o_.warmup_steps);
-    if (t >= o_.total_steps) return o_.min_lr;
-    const double pi = std::acos(-1.0);
-    const double progress = static_cast<double>(t - o_.warmup_steps) / static_cast<double>(o_.total_steps - o_.warmup_steps);
-    return o_.min_lr + (base - o_.min_lr) * (1 + std::cos(pi * progress)) / 2;
-  }
+  double lr_at(double base, std::int64_t t) const;
 
   std::vector<double> lrs() const { return lrs_; }
   std::int64_t steps() const { return steps_; }
@@ -72,10 +56,7 @@ class WarmupCosine {
   void load(torch::serialize::InputArchive& a) { detail::load_common(a, kind, *optimizer_, steps_, base_, lrs_); }
 
  private:
-  void apply() {
-    for (std::size_t i = 0; i < base_.size(); ++i) lrs_[i] = lr_at(base_[i], steps_);
-    detail::set_group_lrs(*optimizer_, lrs_);
-  }
+  void apply();
 
   torch::optim::Optimizer* optimizer_;
   WarmupCosineOptions o_;
@@ -86,3 +67,7 @@ class WarmupCosine {
 }  // namespace schedule
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/schedule/impl/warmup_cosine.ipp>
+#endif

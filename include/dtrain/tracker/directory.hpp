@@ -17,21 +17,18 @@ struct directory {
   using category = dtrain::category::tracker;
   static constexpr const char* name = "directory";
 
-  static void start(const tracking::RunRecord& run) {
-    tracking::write_json(run.directory().params(), run.params);
-    tracking::write_json(run.directory().outcome(), run.outcome);
-  }
+  static void start(const tracking::RunRecord& run);
 
   /// The driver's heartbeat while the run goes on: outcome.json again, with its heartbeat_time.
   static void heartbeat(const tracking::RunRecord& run) { tracking::write_json(run.directory().outcome(), run.outcome); }
 
-  static void end(const tracking::RunRecord& run) {
-    tracking::write_json(run.directory().outcome(), run.outcome);
-    if (!run.checkpoints.empty()) tracking::write_json(run.directory().checkpoint_index(), run.checkpoints);
-    tracking::write_atomically(run.directory().report(), tracking::render_report(run));
-  }
+  static void end(const tracking::RunRecord& run);
 };
 
 }  // namespace tracker
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/tracker/impl/directory.ipp>
+#endif

@@ -50,49 +50,20 @@ namespace fs = std::filesystem;
 /// MLflow's RunStatus values as meta.yaml stores them.
 enum class run_status : int { running = 1, scheduled = 2, finished = 3, failed = 4, killed = 5 };
 
-inline std::string quoted(const std::string& s) {  // a YAML single-quoted scalar
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("''") : std::string(1, c);
-  return q + "'";
-}
+std::string quoted(const std::string& s);
 
 /// A metric, param or tag name as every MLflow release accepts it (alphanumerics, '_', '-', '.',
 /// ' ', '/'), other characters replaced by '_' (':' too: releases before mid-2024 reject it, and
 /// one such key keeps the whole run list from loading); no leading '/' and no "..", which
 /// file_store.py rejects.
-inline std::string key(const std::string& name) {
-  std::string k;
-  for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-                    c == '-' || c == '.' || c == ' ' || c == '/';
-    k += ok ? c : '_';
-  }
-  while (!k.empty() && k.front() == '/') k.erase(k.begin());
-  for (auto at = k.find(".."); at != std::string::npos; at = k.find("..")) k.replace(at, 2, "__");
-  return k.empty() ? "_" : k;
-}
+std::string key(const std::string& name);
 
 /// A stable run id (32 hex digits, as uuid4().hex): the run directory and its start time.
-inline std::string run_id(const fs::path& run_dir, std::int64_t start_ms) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : fs::absolute(run_dir).lexically_normal().string()) h = (h ^ c) * 1099511628211ull;
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(h),
-                static_cast<unsigned long long>(start_ms));
-  return buf;
-}
+std::string run_id(const fs::path& run_dir, std::int64_t start_ms);
 
 inline std::string file_uri(const fs::path& p) { return "file://" + fs::absolute(p).lexically_normal().string(); }
 
-inline std::string value_text(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  std::string s = buf;
-  if (s.find_first_of(".e") == std::string::npos) s += ".0";  // as Python prints a float
-  return s;
-}
+std::string value_text(double v);
 
 inline void write_text(const fs::path& p, const std::string& text) {
   fs::create_directories(p.parent_path());
@@ -101,50 +72,20 @@ inline void write_text(const fs::path& p, const std::string& text) {
 
 /// Writes `text` to `p` unless it exists: an experiment's files, which concurrent runs (a Tuner's
 /// trials) may create at the same moment; the first one written stays, whole.
-inline void write_once(const fs::path& p, const std::string& text) {
-  if (fs::exists(p)) return;
-  fs::create_directories(p.parent_path());
-  const auto own = fs::path(p.string() + ".tmp" + std::to_string(::getpid()));
-  tracking::write_atomically(own, text);
-  std::error_code ec;
-  fs::create_hard_link(own, p, ec);  // fails when another run's is there: it stays
-  fs::remove(own, ec);
-}
+void write_once(const fs::path& p, const std::string& text);
 
 inline std::int64_t ms(double unix_s) { return static_cast<std::int64_t>(std::llround(unix_s * 1000.0)); }
 
-inline std::string user() {
-  if (const char* u = std::getenv("USER"); u && *u) return u;
-  if (const char* u = std::getenv("LOGNAME"); u && *u) return u;
-  if (const passwd* pw = ::getpwuid(::getuid()); pw && pw->pw_name && *pw->pw_name) return pw->pw_name;
-  return "unknown";
-}
+std::string user();
 
-inline std::string program() {
-  std::error_code ec;
-  const auto exe = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string() : exe.string();
-}
+std::string program();
 
 /// A stable experiment id for a run name (MLflow's file store ids are decimal integers): the same
 /// name always lands in the same experiment.
-inline std::string experiment_id(const std::string& name) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
-  return std::to_string((h >> 1) | (1ull << 40));  // positive, never "0" (MLflow's Default)
-}
+std::string experiment_id(const std::string& name);
 
 /// Appends one report's lines to `lines` (by key): every numeric metric but the bookkeeping ones.
-inline void add_row(std::map<std::string, std::string>& lines, const Metrics& row) {
-  const auto ts = row.count("timestamp") ? ms(row.at("timestamp").number()) : std::int64_t{0};
-  const auto step = row.count("step") ? static_cast<std::int64_t>(row.at("step").number()) : std::int64_t{0};
-  for (const auto& [k, v] : row) {
-    if (!v.is_number() || k == "timestamp" || k == "step" || k == "iteration" ||
-        (k.size() > 5 && k.compare(k.size() - 5, 5, "_unix") == 0))
-      continue;
-    lines[key(k)] += std::to_string(ts) + " " + value_text(v.number()) + " " + std::to_string(step) + "\n";
-  }
-}
+void add_row(std::map<std::string, std::string>& lines, const Metrics& row);
 
 }  // namespace mlflow_detail
 
@@ -293,3 +234,7 @@ struct mlflow {
 }  // namespace tracker
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/tracker/impl/mlflow.ipp>
+#endif

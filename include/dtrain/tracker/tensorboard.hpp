@@ -45,59 +45,24 @@ namespace tensorboard_detail {
 namespace fs = std::filesystem;
 
 /// CRC32C (Castagnoli, reflected polynomial 0x82F63B78), as TFRecord uses it.
-inline std::uint32_t crc32c(const std::string& data) {
-  static const auto table = [] {
-    std::array<std::uint32_t, 256> t{};
-    for (std::uint32_t i = 0; i < 256; ++i) {
-      std::uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  std::uint32_t crc = 0xFFFFFFFFu;
-  for (unsigned char b : data) crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8);
-  return crc ^ 0xFFFFFFFFu;
-}
+std::uint32_t crc32c(const std::string& data);
 
 /// TFRecord's masked CRC: rotated right by 15 bits, plus a constant.
-inline std::uint32_t masked_crc(const std::string& data) {
-  const std::uint32_t c = crc32c(data);
-  return ((c >> 15) | (c << 17)) + 0xA282EAD8u;
-}
+std::uint32_t masked_crc(const std::string& data);
 
-inline std::string little_endian(std::uint64_t v, int bytes) {
-  std::string s;
-  for (int i = 0; i < bytes; ++i) s += static_cast<char>((v >> (8 * i)) & 0xFF);
-  return s;
-}
+std::string little_endian(std::uint64_t v, int bytes);
 
 /// One TFRecord around `data`.
-inline std::string record(const std::string& data) {
-  const std::string length = little_endian(data.size(), 8);
-  return length + little_endian(masked_crc(length), 4) + data + little_endian(masked_crc(data), 4);
-}
+std::string record(const std::string& data);
 
 // ---- protobuf wire format: field key = (number << 3) | wire type ---------------------------------
-inline std::string varint(std::uint64_t v) {
-  std::string s;
-  for (; v >= 0x80; v >>= 7) s += static_cast<char>((v & 0x7F) | 0x80);
-  return s + static_cast<char>(v);
-}
+std::string varint(std::uint64_t v);
 inline std::string key(int field, int wire_type) { return varint(static_cast<std::uint64_t>(field) << 3 | wire_type); }
 inline std::string int_field(int field, std::int64_t v) {  // wire type 0; negatives as 10 bytes
   return key(field, 0) + varint(static_cast<std::uint64_t>(v));
 }
-inline std::string double_field(int field, double v) {  // wire type 1
-  std::uint64_t bits;
-  std::memcpy(&bits, &v, sizeof bits);
-  return key(field, 1) + little_endian(bits, 8);
-}
-inline std::string float_field(int field, float v) {  // wire type 5
-  std::uint32_t bits;
-  std::memcpy(&bits, &v, sizeof bits);
-  return key(field, 5) + little_endian(bits, 4);
-}
+std::string double_field(int field, double v);
+std::string float_field(int field, float v);
 inline std::string bytes_field(int field, const std::string& v) {  // wire type 2
   return key(field, 2) + varint(v.size()) + v;
 }
@@ -113,81 +78,29 @@ inline std::string scalar_value(const std::string& tag, double v) {
 }
 /// Summary.Value{tag = 1, metadata = 9 {plugin_data = 1 {plugin_name = 1: "text"}},
 /// tensor = 8 {dtype = 1: DT_STRING (7), tensor_shape = 2: {} (a scalar), string_val = 8}}.
-inline std::string text_value(const std::string& tag, const std::string& text) {
-  const std::string metadata = bytes_field(1, bytes_field(1, "text"));
-  const std::string tensor = int_field(1, 7) + bytes_field(2, "") + bytes_field(8, text);
-  return bytes_field(1, tag) + bytes_field(9, metadata) + bytes_field(8, tensor);
-}
+std::string text_value(const std::string& tag, const std::string& text);
 /// An Event whose Summary (field 5) holds `values` (each Summary.value, field 1).
-inline std::string summary_event(double wall_time, std::int64_t step, const std::vector<std::string>& values) {
-  std::string summary;
-  for (const auto& v : values) summary += bytes_field(1, v);
-  return record(event(wall_time, step, bytes_field(5, summary)));
-}
+std::string summary_event(double wall_time, std::int64_t step, const std::vector<std::string>& values);
 
 /// The series a report row contributes: every numeric metric but the bookkeeping ones (as
 /// tracker::mlflow<> records them).
-inline bool is_series(const std::string& k, const Metric& v) {
-  return v.is_number() && k != "timestamp" && k != "step" && k != "iteration" &&
-         !(k.size() > 5 && k.compare(k.size() - 5, 5, "_unix") == 0);
-}
+bool is_series(const std::string& k, const Metric& v);
 
 /// One report row as an Event (empty when the row has no series).
-inline std::string row_event(const Metrics& row) {
-  std::vector<std::string> values;
-  for (const auto& [k, v] : row)
-    if (is_series(k, v)) values.push_back(scalar_value(k, v.number()));
-  if (values.empty()) return {};
-  const double t = row.count("timestamp") ? row.at("timestamp").number() : 0.0;
-  const auto step = row.count("step") ? static_cast<std::int64_t>(row.at("step").number()) : std::int64_t{0};
-  return summary_event(t, step, values);
-}
+std::string row_event(const Metrics& row);
 
 /// The params as a markdown table ("| key | value |"), '|' escaped.
-inline std::string params_table(const nlohmann::json& params) {
-  std::vector<std::pair<std::string, std::string>> flat;
-  tracking::flatten(params, "", flat);
-  std::string md = "| param | value |\n|---|---|\n";
-  auto cell = [](const std::string& s) {
-    std::string c;
-    for (char ch : s) c += ch == '|' ? std::string("\\|") : ch == '\n' ? std::string(" ") : std::string(1, ch);
-    return c;
-  };
-  for (const auto& [k, v] : flat) md += "| " + cell(k) + " | " + cell(v) + " |\n";
-  return md;
-}
+std::string params_table(const nlohmann::json& params);
 
-inline std::string host() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0 || !*buf) return "localhost";
-  std::string h = buf;
-  for (char& c : h)
-    if (c == '/') c = '_';
-  return h;
-}
+std::string host();
 
 /// The run's event file is "events.out.tfevents.<start s>.<host>.<start ms, 3 digits>": the
 /// prefix and suffix name one fit() (two of one name in one second apart), whatever the host that
 /// rank 0's worker runs on.
-inline std::pair<std::string, std::string> name_parts(const tracking::RunRecord& run) {
-  const auto ms = static_cast<std::int64_t>(std::llround(run.outcome.value("start_time", 0.0) * 1000.0));
-  char frac[8];
-  std::snprintf(frac, sizeof frac, ".%03d", static_cast<int>(ms % 1000));
-  return {"events.out.tfevents." + std::to_string(ms / 1000) + ".", frac};
-}
+std::pair<std::string, std::string> name_parts(const tracking::RunRecord& run);
 
 /// The run's event file, as start() named it; empty when start() did not create one.
-inline fs::path find_file(const fs::path& dir, const std::pair<std::string, std::string>& parts) {
-  const auto& [prefix, suffix] = parts;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const auto name = it->path().filename().string();
-    if (name.size() > prefix.size() + suffix.size() && name.rfind(prefix, 0) == 0 &&
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
-      return it->path();
-  }
-  return {};
-}
+fs::path find_file(const fs::path& dir, const std::pair<std::string, std::string>& parts);
 
 }  // namespace tensorboard_detail
 
@@ -277,3 +190,7 @@ struct tensorboard {
 }  // namespace tracker
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/tracker/impl/tensorboard.ipp>
+#endif

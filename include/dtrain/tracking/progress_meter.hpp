@@ -57,15 +57,7 @@ class ProgressMeter {
 
   /// After optimizer step number `steps` (counting a resumed run's) in `epoch` of `epoch_batches`
   /// batches: draws the line when one is due. Rates need two steps of this group.
-  void on_step(std::int64_t steps, std::int64_t epoch, std::int64_t epoch_batches) {
-    history_.on_step(steps, epoch, samples_);
-    if (first_step_ == clock::time_point{}) {
-      first_step_ = clock::now();
-      steps_at_first_ = steps - 1;
-      samples_at_first_ = samples_;
-    }
-    if (steps - steps_at_first_ >= 2 && progress_.due()) draw(steps, epoch, epoch_batches);
-  }
+  void on_step(std::int64_t steps, std::int64_t epoch, std::int64_t epoch_batches);
 
   /// A line of its own (a report, an evaluation) under Verbosity::verbose.
   void note(const std::string& line) {
@@ -74,29 +66,10 @@ class ProgressMeter {
 
   /// The loop ended: the final count, then the line is closed. A loop that `finished` (not cut
   /// short by a stop) did all its work: its last line reads 100%, whatever the total was.
-  void close(std::int64_t steps, std::int64_t epoch, std::int64_t epoch_batches, bool finished) {
-    if (finished) total_steps_ = steps;
-    if (enabled() && first_step_ != clock::time_point{} && steps > steps_at_first_) draw(steps, epoch, epoch_batches);
-    progress_.close();
-  }
+  void close(std::int64_t steps, std::int64_t epoch, std::int64_t epoch_batches, bool finished);
 
  private:
-  void draw(std::int64_t steps, std::int64_t epoch, std::int64_t epoch_batches) {
-    ProgressSnapshot p;
-    p.epoch = epoch;
-    p.epochs = epochs_;
-    p.step = steps;
-    if (total_steps_ > 0) p.total_steps = total_steps_;
-    else if (capped_epoch_steps_ > 0) p.total_steps = epoch_first_step_ + (epochs_ - epoch) * capped_epoch_steps_;
-    else p.total_steps = epochs_ * epoch_batches;
-    const double elapsed = std::chrono::duration<double>(clock::now() - first_step_).count();
-    if (elapsed > 0) {
-      p.steps_per_s = static_cast<double>(steps - steps_at_first_) / elapsed;
-      p.samples_per_s = static_cast<double>(samples_ - samples_at_first_) / elapsed;
-    }
-    if (last_loss_.defined()) p.loss = last_loss_.item<double>();
-    progress_.draw(p);
-  }
+  void draw(std::int64_t steps, std::int64_t epoch, std::int64_t epoch_batches);
 
   Progress progress_;
   StepHistory history_;
@@ -109,3 +82,7 @@ class ProgressMeter {
 }  // namespace tracking
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/tracking/impl/progress_meter.ipp>
+#endif

@@ -43,24 +43,7 @@ inline constexpr int format_version = 1;
 /// file (a report being rewritten while someone has it open, say). The temporary is written,
 /// flushed, checked and synced before the rename: a failed write (a full disk) throws and leaves
 /// the earlier file as it was.
-inline void write_atomically(const std::filesystem::path& path, const std::string& text) {
-  const auto tmp = path.string() + ".tmp";
-  auto fail = [&](const std::string& why) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    throw Error(tmp + ": cannot be written (" + why + "); " + path.string() +
-                " was left as it was. Check that the run directory is writable and its disk not full");
-  };
-  std::FILE* out = std::fopen(tmp.c_str(), "wb");
-  if (out == nullptr) fail(std::strerror(errno));
-  const bool written = std::fwrite(text.data(), 1, text.size(), out) == text.size() && std::fflush(out) == 0 &&
-                       ::fsync(::fileno(out)) == 0;
-  const int write_errno = errno;
-  if (std::fclose(out) != 0 || !written) fail(std::strerror(written ? errno : write_errno));
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) fail("it cannot be renamed into place: " + ec.message());
-}
+void write_atomically(const std::filesystem::path& path, const std::string& text);
 
 inline void write_json(const std::filesystem::path& path, const nlohmann::json& j) {
   write_atomically(path, j.dump(2) + "\n");
@@ -70,37 +53,17 @@ using dtrain::detail::read_json;
 
 /// An evaluation as evaluations.json holds it. `confusion[t][p]`: samples of true class t
 /// predicted as p.
-inline nlohmann::json evaluation_json(const std::string& name, const Metrics& metrics,
+nlohmann::json evaluation_json(const std::string& name, const Metrics& metrics,
                                       const std::vector<std::string>& class_names,
                                       const std::vector<std::vector<std::int64_t>>& confusion,
-                                      const std::string& checkpoint, double time_unix) {
-  return {{"name", name}, {"metrics", metrics}, {"class_names", class_names},
-          {"confusion_matrix", confusion}, {"checkpoint", checkpoint}, {"time", time_unix}};
-}
+                                      const std::string& checkpoint, double time_unix);
 
 /// Adds `evaluation` to run_dir/evaluations.json, replacing an earlier one of the same name.
-inline void record_evaluation(const RunDirectory& run_dir, const nlohmann::json& evaluation) {
-  auto doc = read_json(run_dir.evaluations(), {{"format", format_version}, {"evaluations", nlohmann::json::array()}});
-  auto& list = doc["evaluations"];
-  for (auto it = list.begin(); it != list.end(); ++it)
-    if ((*it).value("name", "") == evaluation.at("name").get<std::string>()) {
-      list.erase(it);
-      break;
-    }
-  list.push_back(evaluation);
-  write_json(run_dir.evaluations(), doc);
-}
+void record_evaluation(const RunDirectory& run_dir, const nlohmann::json& evaluation);
 
 /// steps.jsonl, read for a page: a file that cannot be read (cut short by a full disk, say) gives
 /// a warning and no step curves, never a run that cannot end.
-inline MetricsHistory read_step_history(const RunDirectory& dir) {
-  try {
-    return MetricsHistory::read_jsonl(dir.step_history());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "dtrain: warning: %s; report.html shows no curves from it\n", e.what());
-    return {};
-  }
-}
+MetricsHistory read_step_history(const RunDirectory& dir);
 
 /// A run as a tracker sees it: the run directory's files, read back into memory. The driver
 /// builds one when the run starts (params, outcome "running") and again when it ends.
@@ -120,40 +83,16 @@ struct RunRecord {
   /// The run as the driver started it (outcome.json's start, no history): what a Tracker's
   /// report hook gets in rank 0's worker. Without outcome.json (a worker under an external
   /// launcher, no driver of ours) the outcome is empty.
-  static RunRecord read_started(const std::filesystem::path& run_dir) {
-    RunRecord r;
-    r.path = run_dir;
-    r.outcome = read_json(RunDirectory(run_dir).outcome(), nlohmann::json::object());
-    return r;
-  }
+  static RunRecord read_started(const std::filesystem::path& run_dir);
 
   /// Reads a run directory back (for a report rendered again, or a test). Missing files give
   /// empty parts; a file that is not JSON throws Error naming it.
-  static RunRecord read(const std::filesystem::path& run_dir) {
-    RunRecord r;
-    r.path = run_dir;
-    const RunDirectory dir(run_dir);
-    r.params = read_json(dir.params(), nlohmann::json::object());
-    r.history = MetricsHistory::read_jsonl(dir.history());
-    r.step_history = read_step_history(dir);
-    r.checkpoints = read_json(dir.checkpoint_index(), nlohmann::json::object());
-    r.evaluations = read_json(dir.evaluations(), nlohmann::json::object()).value("evaluations", nlohmann::json::array());
-    r.outcome = read_json(dir.outcome(), nlohmann::json::object());
-    return r;
-  }
+  static RunRecord read(const std::filesystem::path& run_dir);
 };
 
 /// `j` flattened to "a.b.c" -> text pairs (MLflow's params are flat strings). Arrays are kept as
 /// their JSON text; strings without their quotes.
-inline void flatten(const nlohmann::json& j, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& out) {
-  if (j.is_object()) {
-    for (const auto& [k, v] : j.items()) flatten(v, prefix.empty() ? k : prefix + "." + k, out);
-    return;
-  }
-  if (j.is_string()) out.emplace_back(prefix, j.get<std::string>());
-  else if (j.is_null()) out.emplace_back(prefix, "None");
-  else out.emplace_back(prefix, j.dump());
-}
+void flatten(const nlohmann::json& j, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& out);
 
 /// The C++ name of `T`, demangled (the policies' template numbers show in it).
 template <class T>
@@ -221,31 +160,12 @@ nlohmann::json params_json(const ScalingConfig& scaling, const RunConfig& run) {
 
 /// checkpoints.json: the valid checkpoints (checkpointer::all_valid, newest first), each with its
 /// score by `config`, and which one is the latest and which the best.
-inline nlohmann::json checkpoint_index(const std::vector<checkpointer::Checkpoint>& valid, const CheckpointConfig& config) {
-  nlohmann::json list = nlohmann::json::array();
-  const auto best = checkpointer::best_of(valid, config);
-  const std::string latest_name = valid.empty() ? "" : valid.front().path().filename().string();
-  for (const auto& c : valid) {
-    const auto name = c.path().filename().string();
-    nlohmann::json e = {{"directory", name}, {"path", std::filesystem::absolute(c.path()).string()},
-                        {"iteration", c.iteration()}, {"epoch", c.epoch()}, {"step", c.steps()},
-                        {"metrics", c.metrics()}, {"latest", name == latest_name},
-                        {"best", best && best->iteration() == c.iteration()}};
-    if (!config.score_attribute.empty()) {
-      auto it = c.metrics().find(config.score_attribute);
-      e["score"] = it == c.metrics().end() ? nlohmann::json(nullptr) : nlohmann::json(it->second);
-    }
-    list.push_back(std::move(e));
-  }
-  return {{"format", format_version},
-          {"score_attribute", config.score_attribute},
-          {"score_order", config.score_order == ScoreOrder::max ? "max" : "min"},
-          {"num_to_keep", config.num_to_keep},
-          {"latest", latest_name.empty() ? nlohmann::json(nullptr) : nlohmann::json(latest_name)},
-          {"best", best ? nlohmann::json(best->path().filename().string()) : nlohmann::json(nullptr)},
-          {"checkpoints", list}};
-}
+nlohmann::json checkpoint_index(const std::vector<checkpointer::Checkpoint>& valid, const CheckpointConfig& config);
 
 }  // namespace tracking
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/tracking/impl/record.ipp>
+#endif

@@ -25,26 +25,14 @@ class ReportTiming {
  public:
   /// The group starts its loop now; `resumed` are the metrics of the checkpoint it resumed from
   /// (empty for a fresh start).
-  void start(const Metrics& resumed = {}) {
-    const auto it = resumed.find("time_total_s");
-    total_before_ = it != resumed.end() && it->second.is_number() ? it->second.number() : 0.0;
-    started_ = last_ = clock::now();
-    samples_ = 0;
-  }
+  void start(const Metrics& resumed = {});
   /// This rank took `n` samples of the Trainer's Sampler.
   void add_samples(std::int64_t n) { samples_ += n; }
   /// This rank's samples since the previous report; counting starts again.
   std::int64_t take_samples() { return std::exchange(samples_, 0); }
 
   /// Adds time_this_iter_s and time_total_s to a report's row; returns time_this_iter_s.
-  double fill_times(Metrics& row) {
-    const auto now = clock::now();
-    const double iter = std::chrono::duration<double>(now - last_).count();
-    last_ = now;
-    row.try_emplace("time_this_iter_s", iter);
-    row.try_emplace("time_total_s", total_before_ + std::chrono::duration<double>(now - started_).count());
-    return iter;
-  }
+  double fill_times(Metrics& row);
   /// Adds samples_per_s: the group took `group_samples` over `iter_s` (fill_times' answer).
   static void fill_rate(Metrics& row, double group_samples, double iter_s) {
     row.try_emplace("samples_per_s", iter_s > 0 ? group_samples / iter_s : 0.0);
@@ -59,3 +47,7 @@ class ReportTiming {
 }  // namespace tracking
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/tracking/impl/report_timing.ipp>
+#endif

@@ -49,11 +49,7 @@ class ExperimentDirectory {
   std::filesystem::path results() const { return root_ / "results.json"; }
   std::filesystem::path report() const { return root_ / "report.html"; }
   /// Trial `index`'s id and run directory name: trial_0000, trial_0001, ...
-  static std::string trial_id(std::size_t index) {
-    std::ostringstream s;
-    s << "trial_" << std::setw(4) << std::setfill('0') << index;
-    return s.str();
-  }
+  static std::string trial_id(std::size_t index);
   std::filesystem::path trial(const std::string& id) const { return root_ / id; }
   static std::filesystem::path trial_spec(const std::filesystem::path& trial_dir) { return trial_dir / "trial.json"; }
   static std::filesystem::path trial_log(const std::filesystem::path& trial_dir) { return trial_dir / "output.log"; }
@@ -66,15 +62,7 @@ class ExperimentDirectory {
 class FileLock {
  public:
   /// Waits for the lock when `wait`; else `held()` says whether it was free.
-  FileLock(const std::filesystem::path& path, bool wait) {
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0)
-      throw Error(path.string() + ": cannot be opened as a lock file (" + std::strerror(errno) +
-                  "); check that the experiment directory is writable");
-    int rc;
-    while ((rc = ::flock(fd_, wait ? LOCK_EX : LOCK_EX | LOCK_NB)) < 0 && errno == EINTR) {}
-    held_ = rc == 0;
-  }
+  FileLock(const std::filesystem::path& path, bool wait);
   FileLock(const FileLock&) = delete;
   FileLock& operator=(const FileLock&) = delete;
   ~FileLock() {
@@ -93,30 +81,9 @@ struct SchedulerLog {
   Histories results;
   std::map<std::string, nlohmann::json, std::less<>> stops;  // trial -> {"time", "why"}
 
-  static SchedulerLog read(const ExperimentDirectory& dir) {
-    SchedulerLog log;
-    const auto j = tracking::read_json(dir.scheduler_log(), nlohmann::json::object());
-    try {
-      // Named: a range-for over j.value(...).items() would outlive the temporary it iterates.
-      const auto results = j.value("results", nlohmann::json::object()), stops = j.value("stops", nlohmann::json::object());
-      for (const auto& [id, points] : results.items())
-        for (const auto& p : points) log.results[id].push_back({p.at(0).get<double>(), p.at(1).get<double>()});
-      for (const auto& [id, stop] : stops.items()) log.stops[id] = stop;
-    } catch (const std::exception& e) {
-      throw Error(dir.scheduler_log().string() + ": not a scheduler log (" + e.what() + ")");
-    }
-    return log;
-  }
+  static SchedulerLog read(const ExperimentDirectory& dir);
 
-  void write(const ExperimentDirectory& dir) const {
-    nlohmann::json r = nlohmann::json::object(), s = nlohmann::json::object();
-    for (const auto& [id, points] : results) {
-      auto& list = r[id] = nlohmann::json::array();
-      for (const auto& p : points) list.push_back({p.time, p.score});
-    }
-    for (const auto& [id, stop] : stops) s[id] = stop;
-    tracking::write_json(dir.scheduler_log(), {{"format", 1}, {"results", r}, {"stops", s}});
-  }
+  void write(const ExperimentDirectory& dir) const;
 
   /// Asks `scheduler` about `trial`'s new result and records the result, under the experiment's
   /// lock: the trials of an experiment each see the others' results in the order they were
@@ -139,14 +106,13 @@ struct SchedulerLog {
   }
 
   /// Records that the scheduler's stop at `time` cut `trial`'s loop short (ctx.stopped_by_rule()).
-  static void record_stop(const ExperimentDirectory& dir, const std::string& trial, double time, const std::string& why) {
-    FileLock lock(dir.scheduler_lock(), /*wait=*/true);
-    auto log = read(dir);
-    log.stops[trial] = {{"time", time}, {"why", why}};
-    log.write(dir);
-  }
+  static void record_stop(const ExperimentDirectory& dir, const std::string& trial, double time, const std::string& why);
 };
 
 }  // namespace tune
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/tune/impl/experiment.ipp>
+#endif

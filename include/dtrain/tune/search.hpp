@@ -56,14 +56,13 @@ struct basic_search {
   nlohmann::json describe() const { return {{"name", name}}; }
 
   std::optional<Metrics> suggest(const Space& space, std::size_t index, const SearchSettings& settings,
-                                 const std::vector<TrialResult>&) const {
-    const std::size_t points = space.grid_size();
-    if (index >= points * static_cast<std::size_t>(settings.num_samples)) return std::nullopt;
-    Random random(trial_seed(settings.seed, index));
-    return space.sample(index % points, random);
-  }
+                                 const std::vector<TrialResult>&) const;
 };
 
 }  // namespace tune
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/tune/impl/search.ipp>
+#endif

@@ -58,19 +58,7 @@ struct TuneConfig {
   /// training_iteration), "epoch", "step" or "time_total_s".
   std::string time_attr = "iteration";
 
-  void validate() const {
-    if (metric.empty())
-      throw ConfigError("TuneConfig::metric is empty: name the reported metric that compares trials (\"val_loss\")");
-    if (!mode)
-      throw ConfigError("TuneConfig::mode is unset: say whether a lower (dtrain::tune::Mode::min, a loss) or a "
-                        "higher (Mode::max, an accuracy) \"" + metric + "\" is better");
-    if (num_samples < 1)
-      throw ConfigError("TuneConfig::num_samples is " + std::to_string(num_samples) + "; it must be at least 1");
-    if (max_concurrent_trials < 0)
-      throw ConfigError("TuneConfig::max_concurrent_trials is " + std::to_string(max_concurrent_trials) +
-                        "; use 0 (as many as the machine holds) or a positive count");
-    if (time_attr.empty()) throw ConfigError("TuneConfig::time_attr is empty: use \"iteration\", \"epoch\" or \"step\"");
-  }
+  void validate() const;
 };
 
 template <class TrainerT, class Sched = fifo, class Search = basic_search>
@@ -216,3 +204,7 @@ class Tuner {
 DTRAIN_NAMESPACE_END
 
 #include <dtrain/tune/drive.hpp>
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/tune/impl/tuner.ipp>
+#endif

@@ -29,18 +29,8 @@ struct mapping {
   void* at;
   std::size_t bytes;
 };
-inline void unmap(void* ctx) {
-  auto* m = static_cast<mapping*>(ctx);
-  ::munmap(m->at, m->bytes);
-  delete m;
-}
-inline at::DataPtr map_bytes(std::size_t bytes, c10::Device device) {
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED)
-    throw Error("strategy::fsdp<>: cannot map " + std::to_string(bytes) + " bytes for full parameters or gradients (" +
-                std::strerror(errno) + "); the worker is out of memory");
-  return at::DataPtr(p, new mapping{p, bytes}, &unmap, device);
-}
+void unmap(void* ctx);
+at::DataPtr map_bytes(std::size_t bytes, c10::Device device);
 
 // A freed buffer's mapping, kept resident for the next buffer of the same size (the unit's next
 // gather, or its next flat gradient), as PyTorch's caching allocator keeps a freed block: the
@@ -51,42 +41,22 @@ inline at::DataPtr map_bytes(std::size_t bytes, c10::Device device) {
 // MADV_FREE instead was measured too: writing them again still cost half a fresh fault there.
 struct spare_pages {
   at::DataPtr ptr;  // one of our mappings (its size in its context), or empty
-  bool holds(std::size_t n) const {
-    const auto* m = static_cast<const mapping*>(ptr.get_context());
-    return m && m->bytes == n;
-  }
+  bool holds(std::size_t n) const;
 };
 
 // Frees a tensor's memory but keeps its storage object, so that every view of it (also the views
 // autograd saved for backward) sees the data again once allocate_storage() refills it. A mapping
 // of ours goes to `spare`; any other memory (the first full parameters, from torch) is freed.
-inline void free_storage(const torch::Tensor& t, spare_pages& spare) {
-  auto* s = t.storage().unsafeGetStorageImpl();
-  at::DataPtr old = s->set_data_ptr(at::DataPtr(nullptr, t.device()));
-  s->set_nbytes(0);
-  if (old.cast_context<mapping>(&unmap)) spare.ptr = std::move(old);
-}
+void free_storage(const torch::Tensor& t, spare_pages& spare);
 // The mapping in `spare` when it has `bytes`, else a new one (the memory's contents are undefined).
-inline at::DataPtr take_bytes(std::size_t bytes, c10::Device device, spare_pages& spare) {
-  if (!spare.holds(bytes)) return map_bytes(bytes, device);
-  return std::exchange(spare.ptr, at::DataPtr(nullptr, device));
-}
-inline void allocate_storage(const torch::Tensor& t, std::size_t nbytes, spare_pages& spare) {
-  auto* s = t.storage().unsafeGetStorageImpl();
-  if (t.device().is_cpu() && nbytes > 0) s->set_data_ptr_noswap(take_bytes(nbytes, t.device(), spare));
-  else s->set_data_ptr_noswap(s->allocator()->allocate(nbytes));
-  s->set_nbytes(nbytes);
-}
+at::DataPtr take_bytes(std::size_t bytes, c10::Device device, spare_pages& spare);
+void allocate_storage(const torch::Tensor& t, std::size_t nbytes, spare_pages& spare);
 // A flat tensor of n zeros.
-inline torch::Tensor flat_zeros(std::int64_t n, const torch::TensorOptions& options, spare_pages& spare) {
-  const auto bytes = static_cast<std::size_t>(n) * c10::elementSize(c10::typeMetaToScalarType(options.dtype()));
-  if (!options.device().is_cpu() || bytes == 0) return torch::zeros({n}, options);
-  const bool reused = spare.holds(bytes);  // fresh anonymous pages are zeros already
-  auto data = take_bytes(bytes, options.device(), spare);
-  if (reused) std::memset(data.get(), 0, bytes);
-  c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, std::move(data), nullptr, false);
-  return torch::empty({0}, options).set_(storage, 0, {n}, {1});
-}
+torch::Tensor flat_zeros(std::int64_t n, const torch::TensorOptions& options, spare_pages& spare);
 }  // namespace strategy::detail
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/strategy/detail/impl/flat_storage.ipp>
+#endif

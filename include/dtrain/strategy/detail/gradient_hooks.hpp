@@ -99,16 +99,7 @@ class gradient_hooks {
 
 /// A gradient copied into its flat slot in a bucket or unit: zeros where it is undefined, and a
 /// sparse one (an Embedding made with `.sparse(true)`) added to zeros.
-inline void write_grad(torch::Tensor slot, const torch::Tensor& g, at::IntArrayRef sizes) {
-  if (!g.defined()) {
-    slot.zero_();
-  } else if (g.is_sparse()) {
-    slot.zero_();
-    slot.view(sizes).add_(g);
-  } else {
-    slot.copy_(g.reshape({-1}));
-  }
-}
+void write_grad(torch::Tensor slot, const torch::Tensor& g, at::IntArrayRef sizes);
 
 /// The end of a synchronised backward: rank 0's floating-point buffers are broadcast while the
 /// gradients' collectives (`work_of(item)` for each of `items`, launched during backward) finish;
@@ -127,3 +118,7 @@ double wait_for_gradients(Items& items, WorkOf work_of, dtrain::detail::buffer_s
 }  // namespace strategy::detail
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/strategy/detail/impl/gradient_hooks.ipp>
+#endif

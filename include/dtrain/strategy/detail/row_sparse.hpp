@@ -23,21 +23,7 @@ namespace strategy::detail {
 
 /// The weights of `module`'s Embedding and EmbeddingBag layers made with `.sparse(true)` that
 /// train, each once (a weight shared by two layers included).
-inline std::vector<torch::Tensor> row_sparse_parameters(torch::nn::Module& module) {
-  std::vector<torch::Tensor> out;
-  auto add = [&](const torch::Tensor& w) {
-    if (!w.requires_grad() || w.dim() < 1) return;
-    for (const auto& seen : out)
-      if (seen.is_same(w)) return;
-    out.push_back(w);
-  };
-  for (const auto& m : module.modules()) {
-    if (auto* e = dynamic_cast<torch::nn::EmbeddingImpl*>(m.get()); e != nullptr && e->options.sparse()) add(e->weight);
-    if (auto* e = dynamic_cast<torch::nn::EmbeddingBagImpl*>(m.get()); e != nullptr && e->options.sparse())
-      add(e->weight);
-  }
-  return out;
-}
+std::vector<torch::Tensor> row_sparse_parameters(torch::nn::Module& module);
 
 /// Averages `p`'s gradient over the ranks, row by row, sending only the rows some rank's gradient
 /// holds. Two collectives, the same on every rank: a float mask over the rows (summed), then the
@@ -88,3 +74,7 @@ void allreduce_rows(Communicator& comm, torch::Tensor& p) {
 }  // namespace strategy::detail
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/strategy/detail/impl/row_sparse.ipp>
+#endif
