@@ -15,6 +15,7 @@
 #include <dtrain/impl/result.ipp>
 #include <dtrain/impl/run_directory.ipp>
 #include <dtrain/impl/weights.ipp>
+#include <dtrain/precision/impl/blocked_adam.ipp>
 #include <dtrain/precision/impl/dense_gradients.ipp>
 #include <dtrain/precision/impl/grad_scaler.ipp>
 #include <dtrain/sampler/impl/cursor.ipp>
@@ -24,6 +25,7 @@
 #include <dtrain/schedule/impl/schedule.ipp>
 #include <dtrain/schedule/impl/step_lr.ipp>
 #include <dtrain/schedule/impl/warmup_cosine.ipp>
+#include <dtrain/strategy/detail/impl/ddp_reducer.ipp>
 #include <dtrain/strategy/detail/impl/flat_storage.ipp>
 #include <dtrain/strategy/detail/impl/fsdp_reshard.ipp>
 #include <dtrain/strategy/detail/impl/gradient_hooks.ipp>

@@ -7,6 +7,7 @@
 #endif
 
 #include <dtrain/backend/detail/impl/gloo_peers.ipp>
+#include <dtrain/backend/impl/gloo.ipp>
 #include <dtrain/backend/detail/impl/hierarchical.ipp>
 #include <dtrain/detail/impl/buffer_sync.ipp>
 #include <dtrain/detail/impl/memory.ipp>
@@ -14,6 +15,7 @@
 #include <dtrain/detail/impl/sha256.ipp>
 #include <dtrain/detail/impl/shm_allreduce.ipp>
 #include <dtrain/detail/impl/torch_compat.ipp>
+#include <dtrain/detail/impl/type_name.ipp>
 #include <dtrain/detail/impl/torch_pickle.ipp>
 #include <dtrain/launch/impl/elastic.ipp>
 #include <dtrain/launch/impl/environment.ipp>

@@ -6,7 +6,6 @@
 #error "src/*.cpp build dtrain's library: compile them with DTRAIN_SEPARATE_COMPILATION defined (CMake: -DDTRAIN_SEPARATE_COMPILATION=ON)"
 #endif
 
-#include <dtrain/nn/detail/impl/cross_entropy_kernels.ipp>
 #include <dtrain/nn/impl/batchnorm.ipp>
 #include <dtrain/nn/impl/bert.ipp>
 #include <dtrain/nn/impl/bert_config.ipp>

@@ -18,4 +18,5 @@
 #include <dtrain/tracking/impl/record.ipp>
 #include <dtrain/tracking/impl/report.ipp>
 #include <dtrain/tracking/impl/report_timing.ipp>
+#include <dtrain/tracking/impl/run_tracking.ipp>
 #include <dtrain/tracking/impl/step_history.ipp>

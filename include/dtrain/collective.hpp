@@ -13,6 +13,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include <ATen/core/Tensor.h>
@@ -143,6 +144,67 @@ Work broadcast(Communicator& comm, at::Tensor& t, int root, runs where) {
   else return comm.broadcast(t, root);
 }
 }  // namespace detail
+
+/// A Backend's communicator seen through the collectives a Strategy issues: size and rank,
+/// allreduce and broadcast (with dtrain::runs where the communicator takes it), and the flat
+/// allgather and reduce-scatter. The parts of a Strategy written against it (DDP's reducer) are
+/// compiled once for every Backend and configuration, in dtrain's library under
+/// DTRAIN_SEPARATE_COMPILATION, instead of in every program for each communicator type. A view:
+/// the communicator must outlive it. The cost is one indirect call per collective.
+class Collectives {
+ public:
+  template <class Communicator>
+    requires(!std::is_same_v<Communicator, Collectives>)  // a copy copies the view
+  explicit Collectives(Communicator& comm) : comm_(&comm), ops_(&ops_of<Communicator>) {}
+
+  int size() const { return ops_->size(comm_); }
+  int rank() const { return ops_->rank(comm_); }
+  Work allreduce(at::Tensor& t, reduce op = reduce::sum, runs where = runs::background) const {
+    return ops_->allreduce(comm_, t, op, where);
+  }
+  Work broadcast(at::Tensor& t, int root = 0, runs where = runs::background) const {
+    return ops_->broadcast(comm_, t, root, where);
+  }
+  /// Rank r's `in` into out[r*n, (r+1)*n), n = in.numel().
+  Work allgather(at::Tensor& out, const at::Tensor& in) const { return ops_->allgather(comm_, out, in); }
+  /// out (n values) receives the reduction of in[rank*n, (rank+1)*n) over the ranks.
+  Work reduce_scatter(at::Tensor& out, at::Tensor& in, reduce op = reduce::sum) const {
+    return ops_->reduce_scatter(comm_, out, in, op);
+  }
+
+ private:
+  struct ops {
+    int (*size)(void*);
+    int (*rank)(void*);
+    Work (*allreduce)(void*, at::Tensor&, reduce, runs);
+    Work (*broadcast)(void*, at::Tensor&, int, runs);
+    Work (*allgather)(void*, at::Tensor&, const at::Tensor&);
+    Work (*reduce_scatter)(void*, at::Tensor&, at::Tensor&, reduce);
+  };
+  [[noreturn]] static Work unsupported(const char* what);
+  template <class C>
+  static C& as(void* c) {
+    return *static_cast<C*>(c);
+  }
+  template <class C>
+  static constexpr ops ops_of = {
+      [](void* c) { return as<C>(c).size(); },
+      [](void* c) { return as<C>(c).rank(); },
+      [](void* c, at::Tensor& t, reduce op, runs where) { return detail::allreduce(as<C>(c), t, op, where); },
+      [](void* c, at::Tensor& t, int root, runs where) { return detail::broadcast(as<C>(c), t, root, where); },
+      [](void* c, at::Tensor& out, const at::Tensor& in) {
+        if constexpr (requires(C& x) { x.allgather(out, in); }) return as<C>(c).allgather(out, in);
+        else return unsupported("allgather");
+      },
+      [](void* c, at::Tensor& out, at::Tensor& in, reduce op) {
+        if constexpr (requires(C& x) { x.reduce_scatter(out, in, op); }) return as<C>(c).reduce_scatter(out, in, op);
+        else return unsupported("reduce_scatter");
+      },
+  };
+
+  void* comm_;
+  const ops* ops_;
+};
 
 DTRAIN_NAMESPACE_END
 

@@ -20,8 +20,6 @@
 // model_config.json: {"format": 1, "model": "<the module's C++ type>", "config": {...}}; a checkpoint
 // of another model type is refused, naming both.
 
-#include <cxxabi.h>
-
 #include <concepts>
 #include <cstdlib>
 #include <filesystem>
@@ -37,6 +35,7 @@
 
 #include <dtrain/checkpointer/checkpoint.hpp>
 #include <dtrain/checkpointer/files.hpp>
+#include <dtrain/detail/type_name.hpp>
 #include <dtrain/error.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -64,15 +63,6 @@ struct module_of<std::shared_ptr<M>> {
 template <class M>
 using module_of_t = typename module_of<std::remove_cvref_t<M>>::type;
 
-/// T's name as the compiler's ABI demangles it ("NetImpl", "ns::NetImpl").
-template <class T>
-std::string type_name() {
-  int status = 0;
-  char* name = abi::__cxa_demangle(typeid(T).name(), nullptr, nullptr, &status);
-  std::string out = status == 0 && name ? name : typeid(T).name();
-  std::free(name);
-  return out;
-}
 }  // namespace detail
 
 namespace checkpointer {

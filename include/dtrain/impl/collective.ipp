@@ -92,4 +92,10 @@ DTRAIN_INLINE bool Work::completed() const {
          (!done_.valid() || done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) &&
          (!completion_ || completion_->completed());
 }
+
+DTRAIN_INLINE Work Collectives::unsupported(const char* what) {
+  throw Error(std::string("this Backend's communicator has no flat ") + what +
+              ", which this Strategy needs (see concept/backend.hpp)");
+}
+
 DTRAIN_NAMESPACE_END

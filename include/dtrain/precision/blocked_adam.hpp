@@ -7,8 +7,6 @@
 // memory about once per step. They are the same ops, in the same order, on every element, so the
 // result is opt.step()'s, bit for bit (tests/unit/policy_test.cpp compares them).
 
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <memory>
 
@@ -50,72 +48,16 @@ State& adam_state(torch::optim::Optimizer& opt, const at::Tensor& p, bool amsgra
   return *state;
 }
 
-/// Whether every parameter with a gradient, its gradient and its state (where there is one yet)
-/// are dense contiguous float or double CPU tensors, which blocks can be cut from as flat views.
-template <class State>
-bool blockable(torch::optim::Optimizer& opt) {
-  auto flat = [](const at::Tensor& t, const at::Tensor& p) {
-    return !t.defined() || (t.layout() == at::kStrided && t.device().is_cpu() && t.is_contiguous() &&
-                            t.scalar_type() == p.scalar_type() && t.sizes() == p.sizes());
-  };
-  bool any = false;
-  for (auto& group : opt.param_groups())
-    for (const auto& p : group.params()) {
-      if (!p.grad().defined()) continue;
-      if (!(p.scalar_type() == at::kFloat || p.scalar_type() == at::kDouble) || !flat(p, p) || !flat(p.grad(), p))
-        return false;
-      if (const auto* s = find_state<State>(opt, p))
-        if (!flat(s->exp_avg(), p) || !flat(s->exp_avg_sq(), p) || !flat(s->max_exp_avg_sq(), p)) return false;
-      any = true;
-    }
-  return any;
-}
-
-/// Adam (`decoupled_weight_decay` false: the decay joins the gradient) or AdamW (true: the
-/// parameter decays), as LibTorch's step() computes them, block by block. Creates missing state
-/// as step() does.
-template <class Optimizer, class Options, class State>
-void blocked_adam(Optimizer& opt, bool decoupled_weight_decay) {
-  torch::NoGradGuard no_grad;
-  for (auto& group : opt.param_groups()) {
-    const auto& o = static_cast<const Options&>(group.options());
-    const auto [beta1, beta2] = o.betas();
-    const double lr = o.lr(), decay = o.weight_decay(), eps = o.eps();
-    for (auto& p : group.params()) {
-      if (!p.grad().defined()) continue;
-      auto& state = adam_state<State>(opt, p, o.amsgrad());
-      state.step(state.step() + 1);
-      const double bias_correction1 = 1 - std::pow(beta1, state.step());
-      const double bias_correction2 = 1 - std::pow(beta2, state.step());
-      const double step_size = lr / bias_correction1;
-      const auto param = p.detach().view({-1}), grad = p.grad().view({-1});
-      const auto exp_avg = state.exp_avg().view({-1}), exp_avg_sq = state.exp_avg_sq().view({-1});
-      const auto max_exp_avg_sq = o.amsgrad() ? state.max_exp_avg_sq().view({-1}) : at::Tensor();
-      const std::int64_t n = param.numel();
-      for (std::int64_t from = 0; from < n; from += adam_block) {
-        const auto len = std::min(adam_block, n - from);
-        auto w = param.narrow(0, from, len), g = grad.narrow(0, from, len);
-        auto m = exp_avg.narrow(0, from, len), v = exp_avg_sq.narrow(0, from, len);
-        if (decay != 0) {
-          if (decoupled_weight_decay) w.mul_(1 - lr * decay);
-          else g = g.add(w, decay);
-        }
-        m.mul_(beta1).add_(g, 1 - beta1);
-        v.mul_(beta2).addcmul_(g, g, 1 - beta2);
-        at::Tensor denom;
-        if (o.amsgrad()) {
-          auto most = max_exp_avg_sq.narrow(0, from, len);
-          torch::max_out(most, v, most);
-          denom = (most.sqrt() / std::sqrt(bias_correction2)).add_(eps);
-        } else {
-          denom = (v.sqrt() / std::sqrt(bias_correction2)).add_(eps);
-        }
-        w.addcdiv_(m, denom, -step_size);
-      }
-    }
-  }
-}
+/// Adam's (AdamW's) step() block by block where every parameter with a gradient, its gradient and
+/// its state are dense contiguous float or double CPU tensors; false, having done nothing, where
+/// they are not (the caller steps as usual).
+bool step_in_blocks(torch::optim::Adam& opt);
+bool step_in_blocks(torch::optim::AdamW& opt);
 
 }  // namespace precision::detail
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/precision/impl/blocked_adam.ipp>
+#endif

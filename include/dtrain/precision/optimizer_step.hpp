@@ -168,16 +168,8 @@ bool optimizer_step(Optimizer& opt) {
     }
   }
 #endif
-  if constexpr (std::is_same_v<Optimizer, torch::optim::Adam> || std::is_same_v<Optimizer, torch::optim::AdamW>) {
-    using State = std::conditional_t<std::is_same_v<Optimizer, torch::optim::Adam>, torch::optim::AdamParamState,
-                                     torch::optim::AdamWParamState>;
-    using Options = std::conditional_t<std::is_same_v<Optimizer, torch::optim::Adam>, torch::optim::AdamOptions,
-                                       torch::optim::AdamWOptions>;
-    if (typeid(opt) == typeid(Optimizer) && detail::blockable<State>(opt)) {
-      detail::blocked_adam<Optimizer, Options, State>(opt, std::is_same_v<Optimizer, torch::optim::AdamW>);
-      return false;
-    }
-  }
+  if constexpr (std::is_same_v<Optimizer, torch::optim::Adam> || std::is_same_v<Optimizer, torch::optim::AdamW>)
+    if (typeid(opt) == typeid(Optimizer) && detail::step_in_blocks(opt)) return false;
   opt.step();
   return false;
 }

@@ -5,7 +5,6 @@
 //
 // docs/run-directory.md describes each file's fields for readers in other languages.
 
-#include <cxxabi.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,6 +24,7 @@
 #include <dtrain/checkpointer/checkpoint.hpp>
 #include <dtrain/checkpointer/retention.hpp>
 #include <dtrain/config.hpp>
+#include <dtrain/detail/type_name.hpp>
 #include <dtrain/error.hpp>
 #include <dtrain/metrics.hpp>
 #include <dtrain/result.hpp>
@@ -94,68 +94,37 @@ struct RunRecord {
 /// their JSON text; strings without their quotes.
 void flatten(const nlohmann::json& j, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& out);
 
-/// The C++ name of `T`, demangled (the policies' template numbers show in it).
-template <class T>
-std::string type_name() {
-  int status = 0;
-  std::unique_ptr<char, void (*)(void*)> name(abi::__cxa_demangle(typeid(T).name(), nullptr, nullptr, &status), std::free);
-  return status == 0 && name ? std::string(name.get()) : std::string(typeid(T).name());
+/// A Trainer's resolved policies as params.json records them: each one's `name` (its own, or its
+/// type's when it has none) and its full C++ type (the policies' template numbers show in it).
+struct PolicyNames {
+  struct Policy {
+    std::string name, type;
+  };
+  Policy backend, sampler, checkpointer, strategy, precision, tracker;
+  bool uses_gpu = false;  // the backend trains on GPUs (params.json's scaling.use_gpu)
+};
+
+template <class P>
+PolicyNames::Policy policy_name() {
+  auto type = dtrain::detail::type_name<P>();
+  if constexpr (requires { P::name; }) return {std::string(P::name), std::move(type)};
+  else return {type, type};
 }
 
-/// A policy as params.json records it: its `name` (when it has one) and its full type.
-template <class P>
-nlohmann::json policy_json() {
-  nlohmann::json j = {{"type", type_name<P>()}};
-  if constexpr (requires { P::name; }) j["name"] = std::string(P::name);
-  else j["name"] = type_name<P>();
-  return j;
+template <class Policies>
+PolicyNames policy_names() {
+  return {policy_name<typename Policies::backend>(),      policy_name<typename Policies::sampler>(),
+          policy_name<typename Policies::checkpointer>(), policy_name<typename Policies::strategy>(),
+          policy_name<typename Policies::precision>(),    policy_name<typename Policies::tracker>(),
+          Policies::backend::uses_cuda};
 }
 
 /// params.json: the Trainer's resolved policies, its configs and the train loop's own config.
+nlohmann::json params_json(const PolicyNames& policies, const ScalingConfig& scaling, const RunConfig& run);
+
 template <class Policies>
 nlohmann::json params_json(const ScalingConfig& scaling, const RunConfig& run) {
-  static constexpr const char* verbosity[] = {"quiet", "normal", "verbose"};
-  return {
-      {"format", format_version},
-      {"dtrain_version", std::to_string(DTRAIN_VERSION_MAJOR) + "." + std::to_string(DTRAIN_VERSION_MINOR) + "." +
-                             std::to_string(DTRAIN_VERSION_PATCH)},
-      {"policies",
-       {{"backend", policy_json<typename Policies::backend>()},
-        {"sampler", policy_json<typename Policies::sampler>()},
-        {"checkpointer", policy_json<typename Policies::checkpointer>()},
-        {"strategy", policy_json<typename Policies::strategy>()},
-        {"precision", policy_json<typename Policies::precision>()},
-        {"tracker", policy_json<typename Policies::tracker>()}}},
-      {"scaling", {{"num_workers", scaling.num_workers}, {"threads_per_worker", scaling.threads_per_worker},
-                   {"min_workers", scaling.minimum_workers()}, {"use_gpu", bool(Policies::backend::uses_cuda)}}},
-      {"run",
-       {{"storage_path", run.storage_path.string()},
-        {"name", run.name},
-        {"rendezvous_timeout_ms", run.rendezvous_timeout.count()},
-        {"collective_timeout_ms", run.collective_timeout.count()},
-        {"resume_from", run.resume_from ? nlohmann::json(run.resume_from->string()) : nlohmann::json(nullptr)},
-        {"start", run.start == Start::fresh ? "fresh" : "resume"},
-        {"seed", run.seed ? nlohmann::json(*run.seed) : nlohmann::json(nullptr)},
-        {"progress",
-         {{"verbosity", verbosity[static_cast<int>(run.progress.verbosity)]},
-          {"interval_ms", run.progress.interval.count()},
-          {"record_every", run.progress.record_every}}}}},
-      {"checkpoint",
-       {{"num_to_keep", run.checkpoint.num_to_keep},
-        {"score_attribute", run.checkpoint.score_attribute},
-        {"score_order", run.checkpoint.score_order == ScoreOrder::max ? "max" : "min"}}},
-      {"failure",
-       {{"max_failures", run.failure.max_failures},
-        {"max_repeated_failures", run.failure.max_repeated_failures},
-        {"throw_on_failure", run.failure.throw_on_failure},
-        {"stop_grace_ms", run.failure.stop_grace.count()},
-        {"stop_poll_ms", run.failure.stop_poll.count()},
-        {"restart_backoff_ms", run.failure.restart_backoff.count()},
-        {"restart_backoff_max_ms", run.failure.restart_backoff_max.count()},
-        {"heartbeat_timeout_ms", run.failure.heartbeat_timeout.count()},
-        {"progress_timeout_ms", run.failure.progress_timeout.count()}}},
-      {"train_loop_config", run.train_loop_config},
-  };
+  return params_json(policy_names<Policies>(), scaling, run);
 }
 
 /// checkpoints.json: the valid checkpoints (checkpointer::all_valid, newest first), each with its

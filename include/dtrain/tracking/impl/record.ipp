@@ -85,6 +85,53 @@ DTRAIN_INLINE void flatten(const nlohmann::json& j, const std::string& prefix, s
   else out.emplace_back(prefix, j.dump());
 }
 
+DTRAIN_INLINE nlohmann::json params_json(const PolicyNames& policies, const ScalingConfig& scaling,
+                                         const RunConfig& run) {
+  static constexpr const char* verbosity[] = {"quiet", "normal", "verbose"};
+  auto policy = [](const PolicyNames::Policy& p) { return nlohmann::json{{"type", p.type}, {"name", p.name}}; };
+  return {
+      {"format", format_version},
+      {"dtrain_version", std::to_string(DTRAIN_VERSION_MAJOR) + "." + std::to_string(DTRAIN_VERSION_MINOR) + "." +
+                             std::to_string(DTRAIN_VERSION_PATCH)},
+      {"policies",
+       {{"backend", policy(policies.backend)},
+        {"sampler", policy(policies.sampler)},
+        {"checkpointer", policy(policies.checkpointer)},
+        {"strategy", policy(policies.strategy)},
+        {"precision", policy(policies.precision)},
+        {"tracker", policy(policies.tracker)}}},
+      {"scaling", {{"num_workers", scaling.num_workers}, {"threads_per_worker", scaling.threads_per_worker},
+                   {"min_workers", scaling.minimum_workers()}, {"use_gpu", policies.uses_gpu}}},
+      {"run",
+       {{"storage_path", run.storage_path.string()},
+        {"name", run.name},
+        {"rendezvous_timeout_ms", run.rendezvous_timeout.count()},
+        {"collective_timeout_ms", run.collective_timeout.count()},
+        {"resume_from", run.resume_from ? nlohmann::json(run.resume_from->string()) : nlohmann::json(nullptr)},
+        {"start", run.start == Start::fresh ? "fresh" : "resume"},
+        {"seed", run.seed ? nlohmann::json(*run.seed) : nlohmann::json(nullptr)},
+        {"progress",
+         {{"verbosity", verbosity[static_cast<int>(run.progress.verbosity)]},
+          {"interval_ms", run.progress.interval.count()},
+          {"record_every", run.progress.record_every}}}}},
+      {"checkpoint",
+       {{"num_to_keep", run.checkpoint.num_to_keep},
+        {"score_attribute", run.checkpoint.score_attribute},
+        {"score_order", run.checkpoint.score_order == ScoreOrder::max ? "max" : "min"}}},
+      {"failure",
+       {{"max_failures", run.failure.max_failures},
+        {"max_repeated_failures", run.failure.max_repeated_failures},
+        {"throw_on_failure", run.failure.throw_on_failure},
+        {"stop_grace_ms", run.failure.stop_grace.count()},
+        {"stop_poll_ms", run.failure.stop_poll.count()},
+        {"restart_backoff_ms", run.failure.restart_backoff.count()},
+        {"restart_backoff_max_ms", run.failure.restart_backoff_max.count()},
+        {"heartbeat_timeout_ms", run.failure.heartbeat_timeout.count()},
+        {"progress_timeout_ms", run.failure.progress_timeout.count()}}},
+      {"train_loop_config", run.train_loop_config},
+  };
+}
+
 DTRAIN_INLINE nlohmann::json checkpoint_index(const std::vector<checkpointer::Checkpoint>& valid, const CheckpointConfig& config) {
   nlohmann::json list = nlohmann::json::array();
   const auto best = checkpointer::best_of(valid, config);
