@@ -26,6 +26,7 @@
 // workers (--predict-workers N; evaluation::batch_predict), writing DIR/predictions.csv.
 
 #include <dtrain/dtrain.hpp>
+#include <dtrain/inference.hpp>
 
 #include "fashion_mnist_models.hpp"
 

@@ -25,6 +25,10 @@
 #include <dtrain/data/splits.hpp>
 #include <dtrain/data/wordpiece.hpp>
 #include <dtrain/dtrain.hpp>
+#include <dtrain/data.hpp>
+#include <dtrain/models.hpp>
+#include <dtrain/inference.hpp>
+#include <dtrain/tune.hpp>
 #include <dtrain/evaluation/validation.hpp>
 #include <dtrain/memory.hpp>
 #include <dtrain/nn/bert.hpp>

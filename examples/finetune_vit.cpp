@@ -27,6 +27,10 @@
 #include <dtrain/data/splits.hpp>
 #include <dtrain/data/vit_image_processor.hpp>
 #include <dtrain/dtrain.hpp>
+#include <dtrain/data.hpp>
+#include <dtrain/models.hpp>
+#include <dtrain/inference.hpp>
+#include <dtrain/tune.hpp>
 #include <dtrain/evaluation/image_inputs.hpp>  // the Predictor on image files: dtrain::images too
 #include <dtrain/evaluation/validation.hpp>
 #include <dtrain/memory.hpp>

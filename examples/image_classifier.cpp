@@ -36,6 +36,9 @@
 #include <dtrain/evaluation/image_inputs.hpp>
 #include <dtrain/data/pipeline.hpp>
 #include <dtrain/dtrain.hpp>
+#include <dtrain/data.hpp>
+#include <dtrain/models.hpp>
+#include <dtrain/inference.hpp>
 #include <dtrain/evaluation/validation.hpp>
 #include <dtrain/nn/resnet.hpp>
 #include <dtrain/schedule/warmup_cosine.hpp>

@@ -25,6 +25,9 @@
 #include <dtrain/data/sentencepiece.hpp>
 #include <dtrain/data/splits.hpp>
 #include <dtrain/dtrain.hpp>
+#include <dtrain/data.hpp>
+#include <dtrain/models.hpp>
+#include <dtrain/inference.hpp>
 #include <dtrain/evaluation/batch_predict.hpp>
 #include <dtrain/memory.hpp>
 #include <dtrain/nn/encoder.hpp>

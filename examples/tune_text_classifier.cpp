@@ -18,6 +18,10 @@
 
 #include <dtrain/data/splits.hpp>
 #include <dtrain/dtrain.hpp>
+#include <dtrain/data.hpp>
+#include <dtrain/models.hpp>
+#include <dtrain/inference.hpp>
+#include <dtrain/tune.hpp>
 #include <dtrain/evaluation/validation.hpp>
 #include <dtrain/tune.hpp>
 

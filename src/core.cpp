@@ -6,6 +6,7 @@
 #error "src/*.cpp build dtrain's library: compile them with DTRAIN_SEPARATE_COMPILATION defined (CMake: -DDTRAIN_SEPARATE_COMPILATION=ON)"
 #endif
 
+#include <dtrain/context/impl/core.ipp>
 #include <dtrain/context/impl/stoppable.ipp>
 #include <dtrain/impl/collective.ipp>
 #include <dtrain/impl/config.ipp>

@@ -6,7 +6,7 @@
 #include "snippets.hpp"
 
 // [includes]
-#include <dtrain/dtrain.hpp>  // everything on this page but the image headers (see Images)
+#include <dtrain/all.hpp>  // everything on this page but the image headers (see Images)
 // [includes]
 
 #include <filesystem>

@@ -6,7 +6,7 @@
 #include "snippets.hpp"
 
 // [includes]
-#include <dtrain/dtrain.hpp>
+#include <dtrain/all.hpp>
 #include <dtrain/data/image_folder.hpp>  // needs OpenCV: link dtrain::images
 // [includes]
 

@@ -5,7 +5,7 @@
 // tests/docs/check_docs.py fails unless every ```cpp block of README.md and docs/*.md appears in a
 // compiled file, and tests/docs/CMakeLists.txt runs each program and checks what it prints.
 
-#include <dtrain/dtrain.hpp>
+#include <dtrain/all.hpp>
 #include <dtrain/weights.hpp>
 
 #include <cstdint>

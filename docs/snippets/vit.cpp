@@ -8,7 +8,7 @@
 
 #include <dtrain/data/image_folder.hpp>  // needs OpenCV: link dtrain::images
 #include <dtrain/data/vit_image_processor.hpp>
-#include <dtrain/dtrain.hpp>
+#include <dtrain/all.hpp>
 
 #include <iostream>
 

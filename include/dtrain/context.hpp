@@ -28,6 +28,7 @@
 #include <dtrain/concept/sampler.hpp>
 #include <dtrain/concept/strategy.hpp>
 #include <dtrain/config.hpp>
+#include <dtrain/context/core.hpp>
 #include <dtrain/context/graphed_step.hpp>
 #include <dtrain/context/models.hpp>
 #include <dtrain/context/stoppable.hpp>
@@ -86,26 +87,26 @@ class Context {
   /// finished, not stopped: it ended where its own rule said (a target accuracy, a Tuner's
   /// scheduler). Only rank 0's rule is asked (other ranks may set one or not); the answer travels
   /// in report()'s own collective, so a rule costs no extra communication.
-  void stop_when(std::function<bool(const Metrics&)> rule) { stop_rule_ = std::move(rule); }
+  void stop_when(std::function<bool(const Metrics&)> rule) { core_.stop_rule = std::move(rule); }
   /// Whether the stop_when() rule cut the loop short: it answered true at a report, and the loop
   /// then asked to go on (a loop that ended at that report anyway was not cut).
-  bool stopped_by_rule() const { return cut_by_rule_; }
+  bool stopped_by_rule() const { return core_.cut_by_rule; }
   /// Whether a stop request cut this loop short (should_stop() answered true): the driver records
   /// the run "stopped", and one whose loop ran out of work first "finished".
-  bool stopped() const { return stopped_; }
+  bool stopped() const { return core_.stopped; }
 
   /// @name Where this worker is
   /// @{
-  int world_rank() const { return group_.rank(); }
-  int world_size() const { return group_.size(); }
-  int local_rank() const { return group_.identity().local_rank; }
-  int local_world_size() const { return group_.identity().local_world_size; }
-  int node_rank() const { return group_.identity().node_rank; }
-  torch::Device device() const { return device_; }
-  const RunConfig& run_config() const { return run_; }
-  const ScalingConfig& scaling_config() const { return scaling_; }
+  int world_rank() const { return core_.group.rank(); }
+  int world_size() const { return core_.group.size(); }
+  int local_rank() const { return core_.group.identity().local_rank; }
+  int local_world_size() const { return core_.group.identity().local_world_size; }
+  int node_rank() const { return core_.group.identity().node_rank; }
+  torch::Device device() const { return core_.device; }
+  const RunConfig& run_config() const { return core_.run; }
+  const ScalingConfig& scaling_config() const { return core_.scaling; }
   /// How many times the driver restarted the group before this one (0 for the first group).
-  int attempt() const { return group_.identity().attempt; }
+  int attempt() const { return core_.group.identity().attempt; }
   /// @}
 
   /// Moves the model to this worker's device and wraps it with the Strategy (for ddp<>: rank 0's
@@ -114,7 +115,7 @@ class Context {
   /// it once per model, on every rank, in the same order.
   template <detail::ModuleHandle Module>
   Module prepare_model(Module model) {
-    model->to(device_);
+    model->to(core_.device);
     models_.add(detail::as_module(model), comm_);
     return model;
   }
@@ -159,24 +160,24 @@ class Context {
   /// resume. Iterating sets epoch(), which the Sampler draws its permutation from: no set_epoch
   /// call is needed. No epoch begins once the run is being stopped (see should_stop()).
   auto epochs(std::int64_t n) {
-    meter_.set_epochs(n);
-    const auto first = cursor_.first_epoch();
+    core_.meter.set_epochs(n);
+    const auto first = core_.cursor.first_epoch();
     return detail::epochs_until_stopped(
         first, std::max(first, n),
         [this](std::int64_t e) {
-          cursor_.begin_epoch(e);
-          meter_.begin_epoch(steps_ - cursor_.position());
+          core_.cursor.begin_epoch(e);
+          core_.meter.begin_epoch(core_.steps - core_.cursor.position());
         },
         [this] { return stopping(); });
   }
-  std::int64_t epoch() const { return cursor_.epoch(); }
+  std::int64_t epoch() const { return core_.cursor.epoch(); }
   /// Ends the current epoch early (a per-epoch step cap, early stopping within an epoch): a
   /// checkpoint taken after it resumes at the next epoch, not inside this one, and the progress
   /// line counts the epochs left as this one's steps long. Call it where the loop leaves
   /// ctx.shard(...) with `break`.
   void end_epoch() {
-    cursor_.end_epoch();
-    meter_.end_epoch_early(steps_);
+    core_.cursor.end_epoch();
+    core_.meter.end_epoch_early(core_.steps);
   }
 
   /// This rank's batches of `split` for the current epoch (data::batches over the Sampler's
@@ -199,8 +200,8 @@ class Context {
   /// Backward through the Precision policy (loss scaling where it applies); under ddp<> gradients
   /// are averaged over ranks when it returns. A plain loss.backward() synchronises too.
   void backward(const torch::Tensor& loss) {
-    meter_.on_backward(loss);
-    cursor_.trained();
+    core_.meter.on_backward(loss);
+    core_.cursor.trained();
     precision_.backward(loss);
   }
 
@@ -231,14 +232,14 @@ class Context {
   /// within an epoch. Not synchronised and no collective: rank 0's values are the ones recorded,
   /// other ranks' calls cost nothing. A name given twice before the row keeps its last value.
   /// `ctx.log_step({{"lr", scheduler.lr()}});`
-  void log_step(const Metrics& values) { meter_.log(values); }
+  void log_step(const Metrics& values) { core_.meter.log(values); }
 
   /// The number of optimizer steps the progress line counts towards (for its step/total and ETA),
   /// when the loop stops before ctx.epochs(n) ends (a step limit, early stopping). Without it the
   /// total is n epochs of the Trainer's Sampler's batches.
-  void set_total_steps(std::int64_t total) { meter_.set_total_steps(total); }
+  void set_total_steps(std::int64_t total) { core_.meter.set_total_steps(total); }
   /// Optimizer steps taken through step() on this rank.
-  std::int64_t steps() const { return steps_; }
+  std::int64_t steps() const { return core_.steps; }
   /// Of those, the steps the Precision policy skipped (an inf or NaN gradient under loss scaling).
   std::int64_t skipped_steps() const { return precision_ops::skipped_steps(precision_); }
   /// The Precision policy's per-worker state (amp's GradScaler, for instance).
@@ -273,12 +274,12 @@ class Context {
                             "this Trainer uses checkpointer::none. Add dtrain::checkpointer::directory<> to the "
                             "Trainer's policies.");
     Metrics row = record(metrics);
-    checkpoints_.save(std::move(snapshot), reports_, std::move(row));
+    checkpoints_.save(std::move(snapshot), core_.reports, std::move(row));
     // An elastic group smaller than num_workers grows back here: every rank ends once this
     // checkpoint is complete, and the driver resumes num_workers from it (launch/elastic.hpp).
-    if (launch::regrow_due(group_.identity(), scaling_, ++group_checkpoints_)) {
+    if (launch::regrow_due(core_.group.identity(), core_.scaling, ++core_.group_checkpoints)) {
       finish();
-      if (world_rank() == 0) group_.store().set(group_.key(launch::regroup_key), launch::to_bytes("1"));
+      if (world_rank() == 0) core_.group.store().set(core_.group.key(launch::regroup_key), launch::to_bytes("1"));
       throw launch::Regroup{};
     }
   }
@@ -315,7 +316,7 @@ class Context {
         checkpointer::Checkpoint::load_tensors(detail::as_module(model), tensors, source);
     });
     naming_file(ck, checkpointer::files::rank(world_rank()), [&] { ck.restore_generator(world_rank()); });
-    ck.restore_device_generator(world_rank(), device_);
+    ck.restore_device_generator(world_rank(), core_.device);
     if constexpr (requires(precision_state& p, torch::serialize::InputArchive& a) { p.load(a); })
       naming_file(ck, checkpointer::files::precision, [&] { ck.load_precision(precision_); });
   }
@@ -341,13 +342,13 @@ class Context {
 
   /// Batches of the Trainer's Sampler trained so far in the current epoch (the position a
   /// checkpoint saves): not the batch in hand until the loop trains on it or takes the next.
-  std::int64_t sampler_position() const { return cursor_.position(); }
+  std::int64_t sampler_position() const { return core_.cursor.position(); }
   /// report() calls made so far on this rank.
-  std::int64_t reports() const { return reports_; }
+  std::int64_t reports() const { return core_.reports; }
 
   /// `value` reduced over all ranks (mean, sum, max or min); every rank gets the result.
   double all_reduce(double value, reduce op = reduce::mean) {
-    const auto on = backend::uses_cuda ? device_ : torch::Device(torch::kCPU);
+    const auto on = backend::uses_cuda ? core_.device : torch::Device(torch::kCPU);
     torch::Tensor t = torch::full({1}, value, torch::TensorOptions().dtype(torch::kFloat64).device(on));
     comm_.allreduce(t, op).wait();
     return t.item<double>();
@@ -387,11 +388,11 @@ class Context {
   void finish();
 
  private:
-  // A load error names the file and the checkpoint, and what to do; unless the run's configuration
-  // is at fault (ConfigError), the checkpoint is marked in the store so that the restarted group
-  // passes over it like a damaged one and resumes from an older checkpoint.
+  // core_.naming_file with any callable (the file's load).
   template <class Load>
-  void naming_file(const checkpointer::Checkpoint& ck, const std::string& file, Load&& load);
+  void naming_file(const checkpointer::Checkpoint& ck, const std::string& file, Load&& load) {
+    core_.naming_file(ck, file, std::function<void()>(std::forward<Load>(load)));
+  }
 
   // full_state(model); where the strategy leaves the model whole, rank 0 copies it into `into`
   // (checkpoint(): the previous snapshot's buffers) instead of cloning it.
@@ -410,49 +411,23 @@ class Context {
   // The synchronised part of report(): the barrier, and rank 0's row appended to the history.
   Metrics record(const Metrics& metrics);
 
-  void count_step() {
-    cursor_.trained();
-    ++steps_;
-    meter_.on_step(steps_, cursor_.epoch(), cursor_.epoch_batches());
-  }
+  void count_step() { core_.count_step(); }
   // A step that GraphedStep replayed: what backward() and step() count, without their work.
   template <class, class, class>
   friend class GraphedStep;
   void count_replayed_step(const torch::Tensor& loss) {
-    meter_.on_backward(loss);
+    core_.meter.on_backward(loss);
     count_step();
   }
 
-  // stop_.should_stop at this step; remembers an answer of true (the loop is cut short).
-  bool stopping() {
-    if (rule_fired_) return cut_by_rule_ = true;  // not a stop request: the run ends finished
-    if (!stop_.should_stop(steps_)) return false;
-    stopped_ = true;
-    return true;
-  }
+  bool stopping() { return core_.stopping(); }
 
-  launch::Group group_;
-  ScalingConfig scaling_;
-  RunConfig run_;
-  RunDirectory dir_;
-  torch::Device device_;
+  detail::ContextCore core_;  // first: the policies' states below are built over its group
   communicator_type comm_;
   precision_state precision_;
   precision::dense_gradients dense_gradients_;
   PreparedModels<strategy_state> models_;
-  sampler::EpochCursor cursor_;
-  tracking::ProgressMeter meter_;
-  tracking::ReportTiming timing_;  // the timing columns of every report
   checkpointer_state checkpoints_;
-  checkpointer::detail::SnapshotBuffers snapshot_buffers_;  // the previous snapshot's tensors, to copy into
-  std::int64_t steps_ = 0, reports_ = 0, syncs_ = 0;
-  int group_checkpoints_ = 0;  // checkpoints this group saved (an elastic group regrows after some)
-  bool stopped_ = false;       // a stop request cut the loop short (stopped())
-  bool rule_fired_ = false;    // the stop_when() rule answered true at a report
-  bool cut_by_rule_ = false;   // ... and the loop asked to go on after it (stopped_by_rule())
-  std::function<bool(const Metrics&)> stop_rule_;  // stop_when()
-  launch::StopRequest stop_;
-  std::optional<tracking::RunRecord> tracked_;  // rank 0: the run as the Tracker's report hook sees it
 };
 
 DTRAIN_NAMESPACE_END

@@ -1,6 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// dtrain: data-parallel training for LibTorch, configured at compile time. The umbrella header.
+// dtrain: data-parallel training for LibTorch, configured at compile time. The umbrella of a
+// training program: the Trainer and its Context, every policy, the configs and the Result, the
+// schedules, the built-in datasets (FashionMnist, TensorDataset) and the classification metrics.
+// The other areas have umbrellas of their own, so that a program parses only what it uses:
+// <dtrain/data.hpp> (files, pipelines, preprocessors, tokenizers), <dtrain/models.hpp> (BERT, ViT,
+// ResNet, weights files), <dtrain/inference.hpp> (Predictor, batch_predict, validation),
+// <dtrain/tune.hpp> (hyperparameter search), and <dtrain/all.hpp> all of them.
 
 #include <dtrain/version.hpp>
 #include <dtrain/error.hpp>
@@ -39,45 +45,10 @@
 #include <dtrain/tracker/tensorboard.hpp>
 #include <dtrain/tracking/progress.hpp>
 #include <dtrain/tracking/record.hpp>
-#include <dtrain/tracking/report.hpp>
 
-// Every data header that needs no optional library (docs/data.md's code compiles with this
-// header alone); data/image.hpp and data/image_folder.hpp need OpenCV (dtrain::images) and are
-// included by name, as is data/vit_image_processor.hpp.
-#include <dtrain/data/collate.hpp>
-#include <dtrain/data/csv.hpp>
-#include <dtrain/data/csv_table.hpp>
 #include <dtrain/data/dataset.hpp>
 #include <dtrain/data/fashion_mnist.hpp>
-#include <dtrain/data/fields.hpp>
-#include <dtrain/data/files.hpp>
-#include <dtrain/data/idx.hpp>
-#include <dtrain/data/idx_cache.hpp>
-#include <dtrain/data/jsonl.hpp>
-#include <dtrain/data/loader.hpp>
-#include <dtrain/data/pipeline.hpp>
-#include <dtrain/data/prefetch.hpp>
-#include <dtrain/data/preprocess.hpp>
-#include <dtrain/data/row.hpp>
-#include <dtrain/data/sentencepiece.hpp>
-#include <dtrain/data/shard.hpp>
-#include <dtrain/data/splits.hpp>
-#include <dtrain/data/text_file.hpp>
-#include <dtrain/data/token_ids.hpp>
-#include <dtrain/data/wordpiece.hpp>
 #include <dtrain/evaluation/classification.hpp>
-#include <dtrain/evaluation/predictor.hpp>
-#include <dtrain/evaluation/batch_predict.hpp>
-#include <dtrain/checkpointer/model_config.hpp>
-#include <dtrain/tracking/report_timing.hpp>
-#include <dtrain/nn/bert.hpp>
-#include <dtrain/nn/bert_export.hpp>
-#include <dtrain/nn/encoder.hpp>
-#include <dtrain/nn/loss.hpp>
-#include <dtrain/nn/packed.hpp>
-#include <dtrain/nn/vit.hpp>
-#include <dtrain/nn/resnet.hpp>
-#include <dtrain/evaluation/validation.hpp>
 
 #include <dtrain/launch/environment.hpp>
 #include <dtrain/launch/process.hpp>
@@ -86,5 +57,3 @@
 
 #include <dtrain/context.hpp>
 #include <dtrain/trainer.hpp>
-#include <dtrain/weights.hpp>
-#include <dtrain/tune.hpp>

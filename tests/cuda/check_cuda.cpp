@@ -3,7 +3,7 @@
 // LibTorch 2.6's CUDA headers (Debian trixie's libtorch-cuda-dev) and the CUDA/NCCL headers, on a
 // machine without a GPU. Nothing here runs; tests/gpu runs the same code on a GPU.
 
-#include <dtrain/dtrain.hpp>
+#include <dtrain/all.hpp>
 
 #include <torch/torch.h>
 

@@ -11,7 +11,7 @@
 
 #include <torch/torch.h>
 
-#include <dtrain/dtrain.hpp>
+#include <dtrain/all.hpp>
 
 namespace {
 

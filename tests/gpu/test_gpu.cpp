@@ -26,7 +26,7 @@
 // idx.hpp first: its namespace data::detail must not hide dtrain::detail from prefetch.hpp's CUDA
 // transfer (it did, and only a CUDA build of a file including both in this order failed).
 #include <dtrain/data/idx.hpp>
-#include <dtrain/dtrain.hpp>
+#include <dtrain/all.hpp>
 
 namespace {
 

@@ -26,7 +26,7 @@
 //   train_gpu --compare FILE_A FILE_B    exit 0 when the two saved parameter sets are bitwise equal
 //   train_gpu --compare-close FILE_A FILE_B TOL    ... when they differ by at most TOL
 
-#include <dtrain/dtrain.hpp>
+#include <dtrain/all.hpp>
 
 #include <algorithm>
 #include <chrono>

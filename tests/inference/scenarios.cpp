@@ -20,6 +20,8 @@
 #include <string>
 
 #include <dtrain/dtrain.hpp>
+#include <dtrain/data.hpp>
+#include <dtrain/inference.hpp>
 #include <dtrain/evaluation/batch_predict.hpp>
 
 #include <torch/torch.h>

@@ -13,6 +13,7 @@
 #include <string>
 
 #include <dtrain/dtrain.hpp>
+#include <dtrain/models.hpp>
 #include <dtrain/nn/bert.hpp>
 
 namespace {

@@ -16,6 +16,8 @@
 #include <dtrain/data/fields.hpp>
 #include <dtrain/data/pipeline.hpp>
 #include <dtrain/dtrain.hpp>
+#include <dtrain/data.hpp>
+#include <dtrain/inference.hpp>
 #include <dtrain/evaluation/validation.hpp>
 
 #include <csignal>

@@ -16,6 +16,7 @@
 #include <string>
 
 #include <dtrain/dtrain.hpp>
+#include <dtrain/models.hpp>
 
 namespace model_scenarios {
 

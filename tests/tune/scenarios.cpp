@@ -22,6 +22,7 @@
 
 #include <dtrain/dtrain.hpp>
 #include <dtrain/tune.hpp>
+#include <dtrain/tune.hpp>
 
 #include <torch/torch.h>
 

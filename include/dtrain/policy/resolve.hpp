@@ -11,14 +11,12 @@
 #include <boost/hana/union.hpp>
 
 #include <dtrain/backend/gloo.hpp>
-#include <dtrain/checkpointer/directory.hpp>
 #include <dtrain/checkpointer/none.hpp>
 #include <dtrain/policy/category.hpp>
 #include <dtrain/policy/concepts.hpp>
 #include <dtrain/precision/fp32.hpp>
 #include <dtrain/sampler/distributed.hpp>
 #include <dtrain/strategy/ddp.hpp>
-#include <dtrain/strategy/fsdp.hpp>
 #include <dtrain/tracker/directory.hpp>
 
 DTRAIN_NAMESPACE_BEGIN

@@ -4,7 +4,6 @@
 
 #include <dtrain/policy/category.hpp>
 #include <dtrain/tracking/record.hpp>
-#include <dtrain/tracking/report.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -20,7 +19,7 @@ struct directory {
   static void start(const tracking::RunRecord& run);
 
   /// The driver's heartbeat while the run goes on: outcome.json again, with its heartbeat_time.
-  static void heartbeat(const tracking::RunRecord& run) { tracking::write_json(run.directory().outcome(), run.outcome); }
+  static void heartbeat(const tracking::RunRecord& run);
 
   static void end(const tracking::RunRecord& run);
 };

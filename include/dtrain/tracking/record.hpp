@@ -45,9 +45,8 @@ inline constexpr int format_version = 1;
 /// the earlier file as it was.
 void write_atomically(const std::filesystem::path& path, const std::string& text);
 
-inline void write_json(const std::filesystem::path& path, const nlohmann::json& j) {
-  write_atomically(path, j.dump(2) + "\n");
-}
+/// write_atomically of `j`'s text, indented by 2.
+void write_json(const std::filesystem::path& path, const nlohmann::json& j);
 
 using dtrain::detail::read_json;
 

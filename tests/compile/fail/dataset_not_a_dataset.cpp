@@ -3,6 +3,7 @@
 // Expected: "Dataset must model dtrain::data::RandomAccess ... or dtrain::data::Splits".
 
 #include <dtrain/dtrain.hpp>
+#include <dtrain/data.hpp>
 #include <torch/nn/modules/container/sequential.h>
 
 struct Images {

@@ -4,6 +4,8 @@
 // Expected: "Model has no forward(const dtrain::data::Fields&). Add one that picks the inputs".
 
 #include <dtrain/dtrain.hpp>
+#include <dtrain/data.hpp>
+#include <dtrain/inference.hpp>
 
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>

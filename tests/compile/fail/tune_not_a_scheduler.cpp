@@ -3,6 +3,7 @@
 // Expected: "the scheduler must model dtrain::tune::Scheduler".
 
 #include <dtrain/dtrain.hpp>
+#include <dtrain/tune.hpp>
 #include <torch/nn/modules/container/sequential.h>
 
 struct half_scheduler {

@@ -5,7 +5,7 @@
 
 #include "probe.hpp"
 
-#include <dtrain/dtrain.hpp>
+#include <dtrain/all.hpp>
 
 namespace odr {
 

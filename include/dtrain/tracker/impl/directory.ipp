@@ -3,12 +3,17 @@
 // The bodies of directory.hpp's functions (docs/packaging.md: header-only or compiled once).
 
 #include <dtrain/tracker/directory.hpp>
+#include <dtrain/tracking/report.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 namespace tracker {
 
 DTRAIN_INLINE void directory::start(const tracking::RunRecord& run) {
   tracking::write_json(run.directory().params(), run.params);
+  tracking::write_json(run.directory().outcome(), run.outcome);
+}
+
+DTRAIN_INLINE void directory::heartbeat(const tracking::RunRecord& run) {
   tracking::write_json(run.directory().outcome(), run.outcome);
 }
 

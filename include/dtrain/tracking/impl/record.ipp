@@ -26,6 +26,10 @@ DTRAIN_INLINE void write_atomically(const std::filesystem::path& path, const std
   if (ec) fail("it cannot be renamed into place: " + ec.message());
 }
 
+DTRAIN_INLINE void write_json(const std::filesystem::path& path, const nlohmann::json& j) {
+  write_atomically(path, j.dump(2) + "\n");
+}
+
 DTRAIN_INLINE nlohmann::json evaluation_json(const std::string& name, const Metrics& metrics,
                                       const std::vector<std::string>& class_names,
                                       const std::vector<std::vector<std::int64_t>>& confusion,

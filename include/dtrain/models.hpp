@@ -1,0 +1,16 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// dtrain's model umbrella (docs/models.md): the model families with the published checkpoints'
+// names (BERT, ViT, ResNet) and their layers, the models a checkpoint describes
+// (checkpointer/model_config.hpp), and the weights files (safetensors, sharded indexes, torch.save
+// pickles).
+
+#include <dtrain/checkpointer/model_config.hpp>
+#include <dtrain/nn/bert.hpp>
+#include <dtrain/nn/bert_export.hpp>
+#include <dtrain/nn/encoder.hpp>
+#include <dtrain/nn/loss.hpp>
+#include <dtrain/nn/packed.hpp>
+#include <dtrain/nn/resnet.hpp>
+#include <dtrain/nn/vit.hpp>
+#include <dtrain/weights.hpp>
