@@ -50,9 +50,15 @@ int main(int argc, char** argv) {
       return 1;
     }
 
-  // DTRAIN_WITH_CUDA comes from the package (the target's compile definition), never guessed here.
-  std::printf("dtrain %d.%d.%d (%s): %d ranks cover %lld samples, batches of [%lld, %lld], DTRAIN_WITH_CUDA=%d\n",
+  // DTRAIN_WITH_CUDA comes from the package (the target's compile definition), never guessed here;
+  // so does DTRAIN_SEPARATE_COMPILATION, where the package is dtrain's compiled library.
+#ifdef DTRAIN_SEPARATE_COMPILATION
+  const char* mode = ", compiled library";
+#else
+  const char* mode = "";
+#endif
+  std::printf("dtrain %d.%d.%d (%s): %d ranks cover %lld samples, batches of [%lld, %lld], DTRAIN_WITH_CUDA=%d%s\n",
               DTRAIN_VERSION_MAJOR, DTRAIN_VERSION_MINOR, DTRAIN_VERSION_PATCH, how, world, (long long)n,
-              (long long)per_rank, (long long)features, DTRAIN_WITH_CUDA);
+              (long long)per_rank, (long long)features, DTRAIN_WITH_CUDA, mode);
   return 0;
 }

@@ -12,6 +12,7 @@
 #include <dtrain/error.hpp>
 #include <dtrain/progress_mark.hpp>
 #include <dtrain/config.hpp>
+#include <dtrain/memory.hpp>
 #include <dtrain/metrics.hpp>
 #include <dtrain/result.hpp>
 #include <dtrain/run_directory.hpp>

@@ -48,9 +48,29 @@ State& adam_state(torch::optim::Optimizer& opt, const at::Tensor& p, bool amsgra
   return *state;
 }
 
-/// Adam's (AdamW's) step() block by block where every parameter with a gradient, its gradient and
-/// its state are dense contiguous float or double CPU tensors; false, having done nothing, where
-/// they are not (the caller steps as usual).
+/// Whether every parameter with a gradient, its gradient and its state (where there is one yet)
+/// are dense contiguous float or double CPU tensors, which blocks can be cut from as flat views.
+template <class State>
+bool blockable(torch::optim::Optimizer& opt) {
+  auto flat = [](const at::Tensor& t, const at::Tensor& p) {
+    return !t.defined() || (t.layout() == at::kStrided && t.device().is_cpu() && t.is_contiguous() &&
+                            t.scalar_type() == p.scalar_type() && t.sizes() == p.sizes());
+  };
+  bool any = false;
+  for (auto& group : opt.param_groups())
+    for (const auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      if (!(p.scalar_type() == at::kFloat || p.scalar_type() == at::kDouble) || !flat(p, p) || !flat(p.grad(), p))
+        return false;
+      if (const auto* s = find_state<State>(opt, p))
+        if (!flat(s->exp_avg(), p) || !flat(s->exp_avg_sq(), p) || !flat(s->max_exp_avg_sq(), p)) return false;
+      any = true;
+    }
+  return any;
+}
+
+/// Adam's (AdamW's) step() block by block where `opt` is blockable; false, having done
+/// nothing, where it is not (the caller steps as usual).
 bool step_in_blocks(torch::optim::Adam& opt);
 bool step_in_blocks(torch::optim::AdamW& opt);
 
