@@ -6,7 +6,9 @@
 #include "snippets.hpp"
 
 // [includes]
-#include <dtrain/all.hpp>  // everything on this page but the image headers (see Images)
+#include <dtrain/dtrain.hpp>      // the Trainer, its policies, FashionMnist and TensorDataset
+#include <dtrain/data.hpp>        // everything on this page but the image headers (see Images)
+#include <dtrain/inference.hpp>   // evaluation::validate, Predictor, batch_predict
 // [includes]
 
 #include <filesystem>

@@ -6,7 +6,8 @@
 #include "snippets.hpp"
 
 // [includes]
-#include <dtrain/all.hpp>
+#include <dtrain/dtrain.hpp>
+#include <dtrain/data.hpp>
 #include <dtrain/data/image_folder.hpp>  // needs OpenCV: link dtrain::images
 // [includes]
 

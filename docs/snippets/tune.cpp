@@ -7,7 +7,7 @@
 #include <iostream>
 
 // [tune includes]
-#include <dtrain/all.hpp>
+#include <dtrain/dtrain.hpp>
 #include <dtrain/tune.hpp>
 // [tune includes]
 

@@ -10,6 +10,8 @@
 # staging:      what Conan and vcpkg do: a fresh configure with the packaging options, an install
 #               into a staging prefix that is then moved; Conan's test_package/ and the vcpkg
 #               manifest example (which holds ports/dtrain/usage's lines) are built against it.
+# installed_compiled: a fresh configure with DTRAIN_SEPARATE_COMPILATION=ON, installed into a fresh
+#               prefix (libdtrain.a, the config under lib/cmake/dtrain); the program links the library.
 # cuda_config:  a fresh configure with DTRAIN_CUDA=ON (CUDA toolkit and NCCL, no CUDA LibTorch
 #               needed), installed; the consumer only configures, and checks that the package
 #               defines DTRAIN_WITH_CUDA=1 and links NCCL and cudart.
@@ -19,7 +21,7 @@
 
 cmake_minimum_required(VERSION 3.24)
 
-set(modes installed relocated buildtree subdirectory fetchcontent deb staging cuda_config)
+set(modes installed relocated buildtree subdirectory fetchcontent deb staging cuda_config installed_compiled)
 if(NOT MODE IN_LIST modes OR NOT EXISTS "${SETTINGS}")
   string(JOIN "|" usage ${modes})
   message(FATAL_ERROR "consumer test failed: usage: cmake -DMODE=${usage} -DSETTINGS=<file> "
@@ -77,28 +79,36 @@ foreach(hint IN LISTS DEPENDENCY_HINTS)
   list(APPEND common_args "-D${hint}")
 endforeach()
 
-# Configures dtrain's source tree afresh with the packaging options (and ARGN), installs it into
-# <prefix>. Nothing of this test's own build tree is reused.
+# Configures dtrain's source tree afresh with the packaging options (and ARGN), builds it (the
+# library, when compiled; nothing header-only) and installs it into <prefix>. Nothing of this test's own build tree is reused.
 function(install_fresh prefix)
   set(dtrain_build "${work}/dtrain-build")
   step("configuring dtrain for packaging" "${CMAKE_COMMAND}" -S "${DTRAIN_SOURCE_DIR}" -B "${dtrain_build}"
        ${common_args} ${packaging_options} "-DCMAKE_INSTALL_PREFIX=${prefix}" ${ARGN})
+  step("building dtrain (its library, when compiled)" "${CMAKE_COMMAND}" --build "${dtrain_build}")
   step("installing dtrain into ${prefix}" "${CMAKE_COMMAND}" --install "${dtrain_build}")
 endfunction()
 
 # A package (installed or unpacked) under <prefix>: its headers and config are there, and none of
 # its CMake files names the source tree, the build tree or any of the paths in ARGN.
+# A header-only package's config lies under share/ (architecture-independent), a compiled one's
+# under lib/, beside libdtrain.a: installed_compiled's, and installed's and relocated's where this
+# build is compiled (they install this build).
 function(check_package prefix)
+  if(MODE STREQUAL "installed_compiled" OR (SEPARATE_COMPILATION AND MODE MATCHES "^(installed|relocated)$"))
+    set(config_dir "${prefix}/lib/cmake/dtrain")
+  else()
+    set(config_dir "${prefix}/share/cmake/dtrain")
+  endif()
   file(GLOB_RECURSE configs "${prefix}/*/dtrainConfig.cmake")
   if(NOT EXISTS "${prefix}/include/dtrain/dtrain.hpp" OR NOT configs)
     fail("no include/dtrain/dtrain.hpp or no dtrainConfig.cmake under ${prefix}")
   endif()
   list(GET configs 0 config)
-  if(NOT config STREQUAL "${prefix}/share/cmake/dtrain/dtrainConfig.cmake")
-    fail("the package config is ${config}, not under the architecture-independent "
-         "${prefix}/share/cmake/dtrain")
+  if(NOT config STREQUAL "${config_dir}/dtrainConfig.cmake")
+    fail("the package config is ${config}, not ${config_dir}/dtrainConfig.cmake")
   endif()
-  file(GLOB package_files "${prefix}/share/cmake/dtrain/*.cmake")
+  file(GLOB package_files "${config_dir}/*.cmake")
   foreach(file IN LISTS package_files)
     file(READ "${file}" text)
     foreach(path "${DTRAIN_SOURCE_DIR}/" "${DTRAIN_BINARY_DIR}/" "${work}/dtrain-build" ${ARGN})
@@ -182,13 +192,14 @@ if(MODE MATCHES "^(installed|relocated)$")
   consume("${project}" "${work}/build" "${prefix}/include" consumer ${consumer_args})
   # find_package found this prefix's package, not another one.
   file(STRINGS "${work}/build/CMakeCache.txt" dtrain_dir REGEX "^dtrain_DIR:")
-  if(NOT dtrain_dir MATCHES "=${prefix}/share/cmake/dtrain$")
+  if(NOT dtrain_dir MATCHES "=${prefix}/(share|lib)/cmake/dtrain$")
     fail("find_package(dtrain) used ${dtrain_dir}, not the package under ${prefix}")
   endif()
   if(MODE STREQUAL "installed")
     # Below 1.0 only the same minor version is compatible: a project written for the previous minor
     # version must not get this one (SameMajorVersion would hand 0.1 to find_package(dtrain 0.0)).
-    file(STRINGS "${prefix}/share/cmake/dtrain/dtrainConfigVersion.cmake" version_line
+    file(GLOB version_file "${prefix}/*/cmake/dtrain/dtrainConfigVersion.cmake")
+    file(STRINGS "${version_file}" version_line
          REGEX "^set\\(PACKAGE_VERSION \"[0-9.]+\"\\)")
     string(REGEX MATCH "([0-9]+)\\.([0-9]+)" _ "${version_line}")
     set(major "${CMAKE_MATCH_1}")
@@ -215,6 +226,21 @@ if(MODE MATCHES "^(installed|relocated)$")
     if(rc EQUAL 0 OR NOT out MATCHES "Gloo's headers \\(gloo/algorithm.h\\) were not found.*apt-get install libgloo-dev")
       fail("find_package(dtrain) without Gloo's headers did not fail naming libgloo-dev (exit status ${rc}):\n${out}")
     endif()
+  endif()
+
+elseif(MODE STREQUAL "installed_compiled")
+  set(prefix "${work}/prefix")
+  install_fresh("${prefix}" -DDTRAIN_SEPARATE_COMPILATION=ON)
+  check_package("${prefix}")
+  if(NOT EXISTS "${prefix}/lib/libdtrain.a")
+    fail("the compiled package has no ${prefix}/lib/libdtrain.a")
+  endif()
+  list(PREPEND search_path "${prefix}")
+  consume("${project}" "${work}/build" "${prefix}/include" consumer ${consumer_args})
+  file(READ "${work}/build/build.ninja" rules)
+  string(FIND "${rules}" "${prefix}/lib/libdtrain.a" at)
+  if(at EQUAL -1)
+    fail("the consumer does not link ${prefix}/lib/libdtrain.a")
   endif()
 
 elseif(MODE STREQUAL "buildtree")

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """The include-layer test: every header under include/dtrain may include dtrain headers of its own
-layer or below, never of a layer above. Fails naming each offending pair.
+layer or below, never of a layer above; so may its bodies (impl/<header>.ipp, of its header's
+layer). Fails naming each offending pair.
 
 Usage: check_layers.py [INCLUDE_DIR]   (default: include/ beside this script's tests/ directory)
        check_layers.py --self-test     (the check catches an upward include and an unmapped header)
@@ -28,14 +29,18 @@ LAYERS = [
     ("context", ["context.hpp", "context/", "policy/concepts.hpp", "policy/resolve.hpp"]),
     ("trainer", ["trainer.hpp", "trainer/", "evaluation/batch_predict.hpp"]),
     ("tune", ["tune.hpp", "tune/"]),
-    ("umbrella", ["dtrain.hpp"]),
+    ("umbrellas", ["dtrain.hpp", "data.hpp", "models.hpp", "inference.hpp", "all.hpp"]),
 ]
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*<dtrain/([^>]+)>', re.MULTILINE)
 
 
 def layer_of(path):
-    """(layer index, matching entry) of a path relative to include/dtrain, or None."""
+    """(layer index, matching entry) of a path relative to include/dtrain, or None. A header's
+    bodies (X/impl/Y.ipp) are in its header's (X/Y.hpp) layer."""
+    if path.endswith(".ipp"):
+        path = str(pathlib.PurePosixPath(path).parent.parent / (pathlib.PurePosixPath(path).stem + ".hpp"))
+        path = path[2:] if path.startswith("./") else path
     best = None
     for index, (_, entries) in enumerate(LAYERS):
         for entry in entries:
@@ -55,7 +60,7 @@ def check(root):
     headers = sorted(p for p in root.rglob("*.hpp"))
     if not headers:
         return [f"no headers under {root}: pass the include directory"]
-    for header in headers:
+    for header in headers + sorted(root.rglob("impl/*.ipp")):
         rel = header.relative_to(root).as_posix()
         own = layer_of(rel)
         if own is None:

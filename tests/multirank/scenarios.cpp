@@ -21,6 +21,7 @@
 //   scenarios hierarchical                       under a launcher's variables with DTRAIN_HOST_ID faking
 //       hosts: the hierarchical allreduce's results, bitwise, and the other collectives beside it
 
+#include <dtrain/backend/detail/gloo_peers.hpp>  // run_gloo_group: a Gloo group of its own
 #include <dtrain/dtrain.hpp>
 
 #include <algorithm>
@@ -35,6 +36,7 @@
 
 #include <sys/resource.h>
 
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/torch.h>
 
 namespace {
