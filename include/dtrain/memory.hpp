@@ -44,7 +44,7 @@ inline std::atomic<bool>& freed_memory_chosen() {
 /// freed memory; its peak use does not grow. Returns false where the C library is not glibc
 /// (nothing changed) or glibc refused a value.
 bool retain_freed_memory(std::size_t mmap_threshold = default_mmap_threshold_bytes,
-                                std::size_t trim_threshold = default_trim_threshold_bytes);
+                         std::size_t trim_threshold = default_trim_threshold_bytes);
 
 /// What fit() calls in each worker: retain_freed_memory() with the defaults, unless this process
 /// called retain_freed_memory() already or GLIBC_TUNABLES sets glibc.malloc.* (the user's choice

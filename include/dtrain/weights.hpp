@@ -72,12 +72,12 @@ std::string list_names(const std::vector<std::string>& names, std::size_t limit 
 /// Copies `state` (name -> tensor, as read from a state_dict) into `module`'s parameters and
 /// buffers by name; `source` names the state in errors. See the header's comment for the rules.
 LoadReport load_state_dict(torch::nn::Module& module, std::vector<std::pair<std::string, torch::Tensor>> state,
-                                  const std::string& source, LoadOptions options = {});
+                           const std::string& source, LoadOptions options = {});
 
 /// Reads the state_dict Python saved at `path` (torch.save, zip format) and loads it into `module`
 /// (load_state_dict). Throws Error naming the file when it is not such a file.
 LoadReport load_python_state_dict(torch::nn::Module& module, const std::filesystem::path& path,
-                                         LoadOptions options = {});
+                                  LoadOptions options = {});
 
 /// The tensors of the state_dict Python saved at `path`, by key, in the file's order.
 inline std::vector<std::pair<std::string, torch::Tensor>> read_python_state_dict(const std::filesystem::path& path) {
@@ -97,7 +97,7 @@ std::pair<WeightsFormat, std::filesystem::path> weights_format(const std::filesy
 /// directory or a torch.save state_dict (see the header's comment). `not_tensors`, when given,
 /// receives a pickle's keys whose values are not tensors.
 std::vector<std::pair<std::string, torch::Tensor>> read(const std::filesystem::path& path,
-                                                               std::vector<std::string>* not_tensors = nullptr);
+                                                        std::vector<std::string>* not_tensors = nullptr);
 
 /// Reads the weights at `path` (read()) and loads them into `module` (load_state_dict); errors
 /// name the file read.

@@ -25,7 +25,7 @@ namespace checkpointer::detail {
 /// an optimizer saves comes back (tested for SGD, Adam, AdamW, RMSprop and Adagrad). Throws Error when the
 /// archive holds another number of groups (`source` names it).
 void restore_group_options(torch::optim::Optimizer& optimizer, torch::serialize::InputArchive& archive,
-                                  const std::string& source);
+                           const std::string& source);
 
 }  // namespace checkpointer::detail
 

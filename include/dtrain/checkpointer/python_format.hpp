@@ -47,7 +47,7 @@ inline at::Tensor python_step(std::int64_t step) { return torch::tensor(static_c
 /// this function does not know. `copy` = false references CPU tensors instead of copying them
 /// (for state the optimizer no longer updates, see renew_state_tensors).
 std::optional<c10::impl::GenericDict> python_param_state(const torch::optim::OptimizerParamState& s,
-                                                                bool copy = true);
+                                                         bool copy = true);
 
 /// A param group's options under the names Python's optimizer of the same kind uses.
 std::optional<c10::impl::GenericDict> python_group_options(const torch::optim::OptimizerOptions& o);

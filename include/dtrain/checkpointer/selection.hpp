@@ -28,13 +28,13 @@ inline std::string unloadable_key(const std::filesystem::path& dir) {
 /// passed over is reported on stderr with its path and the reason (when `warn`), and the reasons
 /// `unusable` gave are appended to `*rejected` as "; why".
 std::optional<Checkpoint> latest_valid(
-    const std::filesystem::path& run_dir, bool warn = true,
+                                       const std::filesystem::path& run_dir, bool warn = true,
     const std::function<std::string(const std::filesystem::path&)>& unusable = {}, std::string* rejected = nullptr);
 
 /// Whether checkpoint `a` scores better than `b` by `attribute` in `order`; a checkpoint without
 /// the attribute (or with text there) scores worst; ties go to the newer.
 bool scores_better(const Metrics& a, std::int64_t a_iter, const Metrics& b, std::int64_t b_iter,
-                          const std::string& attribute, bool higher_is_better);
+                   const std::string& attribute, bool higher_is_better);
 
 }  // namespace checkpointer
 

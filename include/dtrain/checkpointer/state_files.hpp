@@ -141,7 +141,7 @@ struct RankFile {
 /// under another name is taken at its word), with each other, and every rank with rank 0 (a
 /// group steps in lockstep). `ranks` may be empty (another rank verified them).
 void check_agreement(const std::filesystem::path& dir, const Manifest& m, const StateFile& s,
-                            const std::vector<RankFile>& ranks);
+                     const std::vector<RankFile>& ranks);
 
 }  // namespace detail
 

@@ -42,7 +42,7 @@ std::string joined_names(const std::vector<std::string>& names);
 // the same on every locale, where std::stod reads "0,5" under a German one). Leading blanks and
 // one '+' are accepted, as std::stoll and Python's int() accept them.
 Value typed_cell(std::string_view cell, column_type type, const std::string& file, std::int64_t line,
-                        std::size_t column, const std::string& name);
+                 std::size_t column, const std::string& name);
 
 // RFC 4180's grammar, one character at a time, so that the index scan (chunk by chunk) and the
 // row parser (one row's bytes) share it. Fields may be quoted; a quoted field holds delimiters,

@@ -29,8 +29,8 @@ std::vector<std::uint8_t> read_gzip(const std::filesystem::path& path);
 /// against `expected_dims` and the payload's length; `header` gets the payload's offset. `path`
 /// names the file in the errors.
 std::vector<std::int64_t> parse_idx_ubyte(const std::uint8_t* raw, std::size_t size,
-                                                 const std::filesystem::path& path, int expected_dims,
-                                                 std::size_t& header);
+                                          const std::filesystem::path& path, int expected_dims,
+                                          std::size_t& header);
 
 /// An IDX file of unsigned bytes: its dimensions and payload as a uint8 tensor of those dimensions.
 /// `expected_dims` is the number of dimensions the caller needs (3 for images, 1 for labels).

@@ -59,14 +59,14 @@ std::optional<torch::Tensor> map_idx_file(const std::filesystem::path& cached, i
 /// Writes `bytes` to `cached` atomically (a temporary name, then rename); false, with `why`, when
 /// it cannot.
 bool write_idx_cache(const std::filesystem::path& cached, const std::vector<std::uint8_t>& bytes,
-                            std::string& why);
+                     std::string& why);
 
 /// read_idx_ubyte(source, expected_dims) through the cache under `cache_dir` (none when empty):
 /// the mapped cache file when there is a valid one; else the source decompressed, checked and
 /// written to the cache for the next run. A cache that cannot be written costs a warning, not the
 /// run. The errors for a bad source are read_idx_ubyte's.
 torch::Tensor read_idx_ubyte_cached(const std::filesystem::path& source, int expected_dims,
-                                           const std::filesystem::path& cache_dir);
+                                    const std::filesystem::path& cache_dir);
 
 }  // namespace detail
 

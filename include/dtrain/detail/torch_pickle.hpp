@@ -108,7 +108,7 @@ class Unpickler {
 /// The tensors of the dict saved at `path` by torch.save, by key, in the file's order (a value
 /// that is not a tensor, such as an `_extra_state`, is left out and its key listed in `skipped`).
 std::vector<std::pair<std::string, torch::Tensor>> read_tensor_dict(const std::filesystem::path& path,
-                                                                             std::vector<std::string>* skipped = nullptr);
+                                                                    std::vector<std::string>* skipped = nullptr);
 
 }  // namespace detail::torch_pickle
 

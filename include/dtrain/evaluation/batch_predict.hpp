@@ -91,7 +91,7 @@ std::string header(const std::vector<std::string>& names, const BatchPredictConf
 
 /// The rows of samples first, first + 1, ... whose probabilities are `probs` [count, C].
 std::string rows(const torch::Tensor& probs, std::int64_t first, const std::vector<std::string>& names,
-                        const BatchPredictConfig& c);
+                 const BatchPredictConfig& c);
 
 /// Writes `bytes` to `path` atomically: a temporary file, fsynced, renamed into place.
 void publish(const std::filesystem::path& path, const std::string& bytes);

@@ -7,7 +7,7 @@
 DTRAIN_NAMESPACE_BEGIN
 
 DTRAIN_INLINE bool retain_freed_memory(std::size_t mmap_threshold,
-                                std::size_t trim_threshold) {
+                                       std::size_t trim_threshold) {
   detail::freed_memory_chosen() = true;
 #if defined(__GLIBC__)
   // Setting either value also turns off glibc's dynamic threshold, which would otherwise lower the

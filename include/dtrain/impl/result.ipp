@@ -18,7 +18,6 @@ DTRAIN_INLINE nlohmann::json read_json(const std::filesystem::path& path, nlohma
 }
 }  // namespace detail
 
-
 DTRAIN_INLINE std::vector<std::string> MetricsHistory::columns() const {
   std::set<std::string> names;
   for (const auto& r : rows_)
@@ -180,7 +179,7 @@ DTRAIN_INLINE Result Result::from_path(const std::filesystem::path& run_dir, boo
 }
 
 DTRAIN_INLINE Result Result::assemble(const RunFiles& files, const std::filesystem::path& run_dir, const CheckpointConfig& config,
-                       int restarts, std::string status, std::optional<RunError> error) {
+                                      int restarts, std::string status, std::optional<RunError> error) {
   Result r;
   r.path = run_dir;
   r.restarts = restarts;

@@ -15,7 +15,7 @@ DTRAIN_INLINE std::string list_names(const std::vector<std::string>& names, std:
 }
 
 DTRAIN_INLINE LoadReport load_state_dict(torch::nn::Module& module, std::vector<std::pair<std::string, torch::Tensor>> state,
-                                  const std::string& source, LoadOptions options) {
+                                         const std::string& source, LoadOptions options) {
   const bool named = !options.prefix.empty();
   const std::string prefix = named ? options.prefix : "module.";
   const auto has_prefix = [&](const auto& kv) { return kv.first.rfind(prefix, 0) == 0; };
@@ -74,7 +74,7 @@ DTRAIN_INLINE LoadReport load_state_dict(torch::nn::Module& module, std::vector<
 }
 
 DTRAIN_INLINE LoadReport load_python_state_dict(torch::nn::Module& module, const std::filesystem::path& path,
-                                         LoadOptions options) {
+                                                LoadOptions options) {
   std::vector<std::string> not_tensors;
   auto state = dtrain::detail::torch_pickle::read_tensor_dict(path, &not_tensors);
   auto report = load_state_dict(module, std::move(state), path.string(), options);
@@ -107,9 +107,8 @@ DTRAIN_INLINE std::pair<WeightsFormat, std::filesystem::path> weights_format(con
 }
 }  // namespace detail
 
-
 DTRAIN_INLINE std::vector<std::pair<std::string, torch::Tensor>> read(const std::filesystem::path& path,
-                                                               std::vector<std::string>* not_tensors) {
+                                                                      std::vector<std::string>* not_tensors) {
   const auto [format, file] = detail::weights_format(path);
   switch (format) {
     case detail::WeightsFormat::safetensors: return read_safetensors(file);

@@ -44,7 +44,7 @@ inline bool regrow_due(const WorkerIdentity& who, const ScalingConfig& scaling, 
 /// An elastic range needs checkpoints to resume from, and optimizer state that a group of another
 /// size can load: whole, or sharded by a Strategy that re-shards it (strategy::fsdp<> does).
 void check_elastic(const ScalingConfig& scaling, bool persists, bool shards_optimizer,
-                          bool reshards_optimizer = false);
+                   bool reshards_optimizer = false);
 
 /// The driver's choice of each group's size, and why it changed.
 class ElasticSize {

@@ -24,7 +24,7 @@ namespace launch {
 /// the earlier run's checkpoints. Only in the first group: a group the launcher restarted
 /// (attempt > 0) continues the fresh run from its own checkpoints.
 void start_fresh_under_launcher(c10d::Store& store, const WorkerIdentity& who,
-                                       const std::filesystem::path& run_dir, std::chrono::milliseconds timeout);
+                                const std::filesystem::path& run_dir, std::chrono::milliseconds timeout);
 
 }  // namespace launch
 

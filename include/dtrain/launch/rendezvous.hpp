@@ -69,7 +69,7 @@ class QuietC10dLog {
 /// which must be this host's; with a `secret`, only clients that prove it count. Throws
 /// RendezvousError when the port cannot be listened on, naming it.
 c10::intrusive_ptr<Store> host_store(const std::string& addr, int port, std::chrono::milliseconds timeout,
-                                            std::optional<std::string> secret = std::nullopt);
+                                     std::optional<std::string> secret = std::nullopt);
 
 /// A new client connection to the run's store: c10d's TCPStore when torchrun's agent hosts it
 /// (the agent's store is c10d's: dtrain cannot add a secret to it; docs/security.md), dtrain's own
@@ -81,7 +81,7 @@ c10::intrusive_ptr<c10d::Store> store_client(const WorkerIdentity& w, std::chron
 /// rendezvous hosts one on MASTER_PORT), or under another launcher hosted by rank 0 at
 /// MASTER_ADDR:MASTER_PORT as torch's env:// does (dtrain's store, bound to that address only).
 c10::intrusive_ptr<c10d::Store> connect_store(const WorkerIdentity& w,
-                                                     std::chrono::milliseconds timeout);
+                                              std::chrono::milliseconds timeout);
 
 /// Claims this rank and waits until all `world_size` ranks have, or throws RendezvousError naming
 /// the ranks that did not arrive within `timeout`. A rank is claimed once: a second process with the

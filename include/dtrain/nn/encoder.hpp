@@ -65,7 +65,7 @@ struct EncoderLayerOptions {
 /// dropout on the weights in training, as transformers' eager attention computes it. `mask`:
 /// undefined, or added to the scores ([batch, 1, 1, sequence]). Returns [batch, heads, sequence, width].
 torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                            const torch::Tensor& mask, double dropout, bool training);
+                     const torch::Tensor& mask, double dropout, bool training);
 
 /// Multi-head self-attention with one packed input projection (`in_proj_weight` [3d, d]) and
 /// `out_proj`, named as torch::nn::MultiheadAttention's.
@@ -180,7 +180,7 @@ inline std::shared_ptr<torch::nn::Module> hub_node(torch::nn::Module& parent, co
 }
 
 torch::nn::Linear hub_linear(torch::nn::Module& parent, const std::string& name, std::int64_t in, std::int64_t out,
-                                    double initializer_range, bool bias = true);
+                             double initializer_range, bool bias = true);
 
 torch::nn::LayerNorm hub_norm(torch::nn::Module& parent, const std::string& name, std::int64_t width, double eps);
 

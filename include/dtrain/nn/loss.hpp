@@ -42,7 +42,7 @@ namespace nn {
 /// [N], in fp32; targets equal to `ignore_index` count for nothing (F.cross_entropy's default).
 /// Returns an fp32 scalar. Call it inside or outside ctx.autocast(): it decides its dtypes itself.
 torch::Tensor cross_entropy_fp32(const torch::Tensor& logits, const torch::Tensor& target,
-                                        std::int64_t ignore_index = -100);
+                                 std::int64_t ignore_index = -100);
 
 }  // namespace nn
 

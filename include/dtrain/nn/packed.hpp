@@ -83,7 +83,7 @@ struct PackedAttention : torch::autograd::Function<PackedAttention> {
 /// attend() on packed tokens: q, k and v [tokens, heads, width] (PackedTokens' rows), each row
 /// attending within itself; dropout on the weights in training. Returns [tokens, heads, width].
 torch::Tensor attend_packed(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                   const std::vector<std::int64_t>& offsets, double dropout, bool training);
+                            const std::vector<std::int64_t>& offsets, double dropout, bool training);
 
 /// Whether the encoders here run `x` [batch, sequence, ...] packed: on the CPU, with some padding.
 bool packs(const torch::Tensor& x, const torch::Tensor& padding);

@@ -40,7 +40,7 @@ namespace detail {
 /// options.files beside them. Error naming the path when something cannot be written or copied,
 /// and for a parameter without values (a model still sharded by strategy::fsdp<>).
 void write_pretrained(const torch::nn::Module& module, const std::filesystem::path& dir, nlohmann::json config,
-                             const std::string& architecture, const SavePretrainedOptions& options);
+                      const std::string& architecture, const SavePretrainedOptions& options);
 
 }  // namespace detail
 

@@ -104,7 +104,7 @@ namespace detail {
 
 /// torchvision's conv3x3 (padding = dilation) and conv1x1: no bias.
 torch::nn::Conv2d resnet_conv(std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t stride = 1,
-                                     std::int64_t groups = 1, std::int64_t dilation = 1);
+                              std::int64_t groups = 1, std::int64_t dilation = 1);
 
 /// `downsample`: conv1x1 with the block's stride and a BatchNorm2d (`downsample.0`, `downsample.1`).
 inline torch::nn::Sequential resnet_downsample(std::int64_t in, std::int64_t out, std::int64_t stride) {
@@ -189,7 +189,7 @@ ResNet wide_resnet50_2(std::int64_t num_classes = 1000);
 /// missing or unexpected name, or another shape, is an Error listing them (a resnet18 file into a
 /// resnet34, an ImageNet stem's 7x7 conv1.weight into a small stem's 3x3).
 weights::LoadReport load_pretrained(ResNetImpl& model, const std::filesystem::path& path,
-                                           weights::LoadOptions options = {});
+                                    weights::LoadOptions options = {});
 
 /// load_pretrained of a model handle (nn::ResNet, nn::resnet18(), ...).
 inline weights::LoadReport load_pretrained(ResNet& model, const std::filesystem::path& path, weights::LoadOptions options = {}) {

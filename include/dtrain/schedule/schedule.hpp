@@ -65,12 +65,12 @@ std::vector<double> doubles(const torch::Tensor& t);
 
 /// What every schedule saves: its kind, the steps it took, the base and current learning rates.
 void save_common(torch::serialize::OutputArchive& a, const char* kind, std::int64_t steps,
-                        const std::vector<double>& base, const std::vector<double>& lrs);
+                 const std::vector<double>& base, const std::vector<double>& lrs);
 
 /// Reads what save_common wrote, refusing another kind of schedule or another number of param
 /// groups, and sets the optimizer's learning rates to the saved ones.
 void load_common(torch::serialize::InputArchive& a, const char* kind, torch::optim::Optimizer& optimizer,
-                        std::int64_t& steps, std::vector<double>& base, std::vector<double>& lrs);
+                 std::int64_t& steps, std::vector<double>& base, std::vector<double>& lrs);
 
 inline void require(bool ok, const std::string& what) {
   if (!ok) throw ConfigError(what);

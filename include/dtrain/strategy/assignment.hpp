@@ -41,8 +41,8 @@ enum class wrap {
 /// once they hold at least `bucket_bytes_cap`; a parameter of another dtype than the one before
 /// it starts a new bucket too, since a bucket is one flat tensor. No bucket is empty.
 std::vector<std::vector<std::size_t>> bucket_assignment(const std::vector<torch::Tensor>& params,
-                                                               std::int64_t first_bucket_bytes,
-                                                               std::int64_t bucket_bytes_cap);
+                                                        std::int64_t first_bucket_bytes,
+                                                        std::int64_t bucket_bytes_cap);
 
 /// fsdp<>'s units: indices into `names` (the dotted names of the parameters that require grad,
 /// in registration order), unit by unit. Under wrap::top_level one unit per top-level submodule

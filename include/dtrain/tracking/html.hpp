@@ -41,7 +41,7 @@ std::string value_text(std::string_view name, const nlohmann::json& v);
 
 /// A table of the given header cells and rows of cells (escaped here).
 std::string table(const std::string& id, const std::vector<std::string>& header,
-                         const std::vector<std::vector<std::string>>& rows);
+                  const std::vector<std::vector<std::string>>& rows);
 
 // Tick values 1, 2 or 5 times a power of ten, about `n` of them over [lo, hi].
 std::vector<double> ticks(double lo, double hi, int n = 5);
@@ -68,7 +68,7 @@ struct Marker {
 /// drawn for series of up to 60 points; longer ones are thinned to at most 1,000 for the page).
 /// Empty when no series has a point.
 std::string line_chart(const std::string& id, const std::string& title, const std::string& x_label,
-                              const std::vector<Series>& series, const std::vector<Marker>& markers = {});
+                       const std::vector<Series>& series, const std::vector<Marker>& markers = {});
 
 /// The page's style sheet: the charts' and tables' look.
 inline constexpr const char* style =

@@ -53,9 +53,9 @@ using dtrain::detail::read_json;
 /// An evaluation as evaluations.json holds it. `confusion[t][p]`: samples of true class t
 /// predicted as p.
 nlohmann::json evaluation_json(const std::string& name, const Metrics& metrics,
-                                      const std::vector<std::string>& class_names,
-                                      const std::vector<std::vector<std::int64_t>>& confusion,
-                                      const std::string& checkpoint, double time_unix);
+                               const std::vector<std::string>& class_names,
+                               const std::vector<std::vector<std::int64_t>>& confusion,
+                               const std::string& checkpoint, double time_unix);
 
 /// Adds `evaluation` to run_dir/evaluations.json, replacing an earlier one of the same name.
 void record_evaluation(const RunDirectory& run_dir, const nlohmann::json& evaluation);

@@ -62,8 +62,8 @@ class TempFile {
 /// name, an undefined or sparse tensor, or a dtype safetensors cannot hold for LibTorch (only the
 /// format's dtypes: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL C64).
 void save_safetensors(const std::filesystem::path& path,
-                             const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
-                             const std::map<std::string, std::string>& metadata = {});
+                      const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace weights
 

@@ -8,7 +8,7 @@ DTRAIN_NAMESPACE_BEGIN
 namespace checkpointer {
 
 DTRAIN_INLINE std::optional<Checkpoint> Checkpoint::open(const std::filesystem::path& dir, std::string* why,
-                                      bool verify_files) {
+                                                         bool verify_files) {
   std::string reason;
   try {
     const auto manifest = detail::read_manifest(dir);
@@ -53,7 +53,7 @@ DTRAIN_INLINE std::map<std::string, torch::Tensor> Checkpoint::model_state() con
 }
 
 DTRAIN_INLINE void Checkpoint::load_tensors(torch::nn::Module& m, const std::map<std::string, torch::Tensor>& tensors,
-                         const std::string& source) {
+                                            const std::string& source) {
   torch::NoGradGuard no_grad;
   auto load = [&](const std::string& name, torch::Tensor& dst) {
     auto it = tensors.find(name);

@@ -9,7 +9,7 @@ namespace checkpointer {
 namespace detail {
 
 DTRAIN_INLINE void restore_group_options(torch::optim::Optimizer& optimizer, torch::serialize::InputArchive& archive,
-                                  const std::string& source) {
+                                         const std::string& source) {
   torch::serialize::InputArchive groups;
   archive.read("param_groups", groups);
   torch::Tensor size;

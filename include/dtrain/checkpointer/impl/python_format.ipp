@@ -37,7 +37,7 @@ DTRAIN_INLINE std::string torch_save_bytes(const c10::IValue& value) {
 }
 
 DTRAIN_INLINE std::optional<c10::impl::GenericDict> python_param_state(const torch::optim::OptimizerParamState& s,
-                                                                bool copy) {
+                                                                       bool copy) {
   using namespace torch::optim;
   auto d = string_dict();
   auto put = [&](const char* key, const at::Tensor& t) {

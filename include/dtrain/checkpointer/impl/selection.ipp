@@ -8,7 +8,7 @@ DTRAIN_NAMESPACE_BEGIN
 namespace checkpointer {
 
 DTRAIN_INLINE std::optional<Checkpoint> latest_valid(
-    const std::filesystem::path& run_dir, bool warn,
+                                                     const std::filesystem::path& run_dir, bool warn,
     const std::function<std::string(const std::filesystem::path&)>& unusable, std::string* rejected) {
   for (const auto& [it, dir] : RunDirectory(run_dir).checkpoints()) {
     std::string why;
@@ -23,7 +23,7 @@ DTRAIN_INLINE std::optional<Checkpoint> latest_valid(
 }
 
 DTRAIN_INLINE bool scores_better(const Metrics& a, std::int64_t a_iter, const Metrics& b, std::int64_t b_iter,
-                          const std::string& attribute, bool higher_is_better) {
+                                 const std::string& attribute, bool higher_is_better) {
   if (attribute.empty()) return a_iter > b_iter;
   auto score = [&](const Metrics& m) -> std::optional<double> {
     auto it = m.find(attribute);

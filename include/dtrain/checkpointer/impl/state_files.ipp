@@ -164,7 +164,7 @@ DTRAIN_INLINE RankFile RankFile::read(const std::filesystem::path& dir, int rank
 }
 
 DTRAIN_INLINE void check_agreement(const std::filesystem::path& dir, const Manifest& m, const StateFile& s,
-                            const std::vector<RankFile>& ranks) {
+                                   const std::vector<RankFile>& ranks) {
   const std::string state = files::state, manifest = files::manifest;
   auto fail = [](const std::string& file, const std::string& what) { throw DamagedFile(file + ": " + what); };
   if (const auto named = RunDirectory::iteration_of(dir.filename().string())) {

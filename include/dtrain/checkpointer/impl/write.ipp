@@ -20,7 +20,6 @@ DTRAIN_INLINE void check_user_name(const std::string& name, const char* call) {
 }
 }  // namespace detail
 
-
 DTRAIN_INLINE Snapshot& Snapshot::with_file(const std::string& name, const std::filesystem::path& source) & {
   detail::check_user_name(name, "with_file");
   if (user_files.count(name)) throw ConfigError("with_file: \"" + name + "\" is added twice to one checkpoint");

@@ -36,9 +36,8 @@ DTRAIN_INLINE Fields stack_fields(const std::vector<Fields>& samples, const std:
 }
 }  // namespace detail
 
-
 DTRAIN_INLINE pad_to_longest::pad_to_longest(std::string field_name, std::int64_t pad_value, std::string mask_name,
-                        std::int64_t max_len)
+                                             std::int64_t max_len)
     : field(std::move(field_name)), pad(pad_value), mask(std::move(mask_name)), max_length(max_len) {}
 
 DTRAIN_INLINE Fields pad_to_longest::operator()(const std::vector<Fields>& samples) const {

@@ -15,7 +15,7 @@ DTRAIN_INLINE std::string joined_names(const std::vector<std::string>& names) {
 }
 
 DTRAIN_INLINE Value typed_cell(std::string_view cell, column_type type, const std::string& file, std::int64_t line,
-                        std::size_t column, const std::string& name) {
+                               std::size_t column, const std::string& name) {
   if (cell.empty()) return std::monostate{};
   auto s = cell;
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -117,7 +117,6 @@ DTRAIN_INLINE void CsvMachine::end_field(bool keep) {
   fresh_ = true;
 }
 }  // namespace detail
-
 
 DTRAIN_INLINE CsvSource::CsvSource(const std::filesystem::path& path, CsvOptions options)
     : file_(std::make_shared<detail::ReadOnlyFile>(path)), options_(std::move(options)) {

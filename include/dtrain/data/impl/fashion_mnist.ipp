@@ -21,7 +21,7 @@ DTRAIN_INLINE NormalizedImages::NormalizedImages(torch::Tensor pixels, torch::Te
 }
 
 DTRAIN_INLINE FashionMnist FashionMnist::load(const std::filesystem::path& directory,
-                         const std::filesystem::path& cache_dir) {
+                                              const std::filesystem::path& cache_dir) {
   auto test = std::async(std::launch::async, [&] {
     return read(directory / "t10k-images-idx3-ubyte.gz", directory / "t10k-labels-idx1-ubyte.gz", cache_dir);
   });
@@ -32,7 +32,7 @@ DTRAIN_INLINE FashionMnist FashionMnist::load(const std::filesystem::path& direc
 }
 
 DTRAIN_INLINE NormalizedImages FashionMnist::read(const std::filesystem::path& images, const std::filesystem::path& labels,
-                             const std::filesystem::path& cache_dir) {
+                                                  const std::filesystem::path& cache_dir) {
   const torch::Tensor x = detail::read_idx_ubyte_cached(images, 3, cache_dir);
   if (x.size(1) != 28 || x.size(2) != 28)
     throw DataError(images.string() + ": images are " + std::to_string(x.size(1)) + "x" +

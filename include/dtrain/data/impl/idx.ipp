@@ -51,8 +51,8 @@ DTRAIN_INLINE std::vector<std::uint8_t> read_gzip(const std::filesystem::path& p
 }
 
 DTRAIN_INLINE std::vector<std::int64_t> parse_idx_ubyte(const std::uint8_t* raw, std::size_t size,
-                                                 const std::filesystem::path& path, int expected_dims,
-                                                 std::size_t& header) {
+                                                        const std::filesystem::path& path, int expected_dims,
+                                                        std::size_t& header) {
   if (size < 4)
     throw DataError(path.string() + ": too short for an IDX header (" + std::to_string(size) + " bytes)");
   // Magic: two zero bytes, a type code (0x08 = unsigned byte), the number of dimensions.

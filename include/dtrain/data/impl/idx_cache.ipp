@@ -70,7 +70,7 @@ DTRAIN_INLINE std::optional<torch::Tensor> map_idx_file(const std::filesystem::p
 }
 
 DTRAIN_INLINE bool write_idx_cache(const std::filesystem::path& cached, const std::vector<std::uint8_t>& bytes,
-                            std::string& why) {
+                                   std::string& why) {
   std::error_code ec;
   std::filesystem::create_directories(cached.parent_path(), ec);
   if (ec) {
@@ -100,7 +100,7 @@ DTRAIN_INLINE bool write_idx_cache(const std::filesystem::path& cached, const st
 }
 
 DTRAIN_INLINE torch::Tensor read_idx_ubyte_cached(const std::filesystem::path& source, int expected_dims,
-                                           const std::filesystem::path& cache_dir) {
+                                                  const std::filesystem::path& cache_dir) {
   const std::string name = cache_dir.empty() ? std::string() : idx_cache_name(source);
   if (name.empty()) return read_idx_ubyte(source, expected_dims);
   const auto cached = cache_dir / name;

@@ -24,7 +24,6 @@ DTRAIN_INLINE nlohmann::json read_json(torch::serialize::InputArchive& a, const 
 }
 }  // namespace detail
 
-
 DTRAIN_INLINE std::int64_t LabelEncoder::transform(const std::string& name) const {
   const auto it = ids_.find(name);
   if (it == ids_.end()) {

@@ -8,7 +8,7 @@ DTRAIN_NAMESPACE_BEGIN
 namespace data {
 
 DTRAIN_INLINE Row::Row(std::shared_ptr<const std::vector<std::string>> columns, std::vector<Value> values, std::string file,
-    std::int64_t line)
+                       std::int64_t line)
     : columns_(std::move(columns)), values_(std::move(values)), file_(std::move(file)), line_(line) {}
 
 DTRAIN_INLINE const Value& Row::operator[](const std::string& column) const {

@@ -48,7 +48,6 @@ DTRAIN_INLINE void SentencePieceProcessor::encode(std::string_view text, std::ve
 }
 }  // namespace detail
 
-
 DTRAIN_INLINE void SentencePieceTokenizer::save(torch::serialize::OutputArchive& a) const {
   a.write("kind", c10::IValue(std::string("SentencePieceTokenizer")));
   a.write("max_len", c10::IValue(max_len_));

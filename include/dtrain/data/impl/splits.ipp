@@ -97,7 +97,6 @@ DTRAIN_INLINE void deal(std::vector<std::int64_t>& group, double validation, dou
 }
 }  // namespace detail
 
-
 DTRAIN_INLINE SplitIndices random_split(std::int64_t n, double validation, double test, std::uint64_t seed) {
   detail::check_fractions(validation, test);
   std::vector<std::int64_t> all(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)));

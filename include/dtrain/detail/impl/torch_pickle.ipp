@@ -218,7 +218,7 @@ DTRAIN_INLINE Ref Unpickler::reduce(const Value& fn, const Value& args) {
 }
 
 DTRAIN_INLINE std::vector<std::pair<std::string, torch::Tensor>> read_tensor_dict(const std::filesystem::path& path,
-                                                                             std::vector<std::string>* skipped) {
+                                                                                  std::vector<std::string>* skipped) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
     throw Error(path.string() + ": no such file; pass the path torch.save(model.state_dict(), path) wrote");

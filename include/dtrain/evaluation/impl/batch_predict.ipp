@@ -38,7 +38,7 @@ DTRAIN_INLINE std::string header(const std::vector<std::string>& names, const Ba
 }
 
 DTRAIN_INLINE std::string rows(const torch::Tensor& probs, std::int64_t first, const std::vector<std::string>& names,
-                        const BatchPredictConfig& c) {
+                               const BatchPredictConfig& c) {
   const auto p = probs.to(torch::kFloat32).contiguous();
   const auto classes = p.size(1);
   std::string out;

@@ -8,7 +8,7 @@ DTRAIN_NAMESPACE_BEGIN
 namespace launch {
 
 DTRAIN_INLINE void check_elastic(const ScalingConfig& scaling, bool persists, bool shards_optimizer,
-                          bool reshards_optimizer) {
+                                 bool reshards_optimizer) {
   if (!scaling.elastic()) return;
   const std::string range = "ScalingConfig::min_workers = " + std::to_string(scaling.minimum_workers()) +
                             " < num_workers = " + std::to_string(scaling.num_workers);

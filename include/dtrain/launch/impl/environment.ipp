@@ -58,7 +58,6 @@ DTRAIN_INLINE int slurm_tasks_on_node(const std::string& list, int node) {
 }
 }  // namespace detail
 
-
 DTRAIN_INLINE int master_port(int fallback, bool required) {
   const auto v = detail::env("MASTER_PORT");
   if (!v) return detail::env_int("MASTER_PORT", fallback, required);

@@ -8,7 +8,7 @@ DTRAIN_NAMESPACE_BEGIN
 namespace launch {
 
 DTRAIN_INLINE void start_fresh_under_launcher(c10d::Store& store, const WorkerIdentity& who,
-                                       const std::filesystem::path& run_dir, std::chrono::milliseconds timeout) {
+                                              const std::filesystem::path& run_dir, std::chrono::milliseconds timeout) {
   if (who.attempt > 0) return;
   const auto k = key(0, "fresh_start");
   if (who.rank == 0) {

@@ -8,8 +8,8 @@ DTRAIN_NAMESPACE_BEGIN
 namespace launch {
 
 DTRAIN_INLINE Group::Group(const WorkerIdentity& who, c10::intrusive_ptr<c10d::Store> store, std::chrono::milliseconds timeout,
-      std::chrono::milliseconds heartbeat_timeout,
-      std::chrono::milliseconds progress_timeout)
+                           std::chrono::milliseconds heartbeat_timeout,
+                           std::chrono::milliseconds progress_timeout)
     : who_(who), store_(std::move(store)), timeout_(timeout),
       heartbeat_(std::make_unique<Heartbeat>(who, *store_, heartbeat_timeout, progress_timeout)) {}
 

@@ -47,9 +47,8 @@ DTRAIN_INLINE std::string stuck_reason(bool beating, std::chrono::milliseconds t
 }
 }  // namespace detail
 
-
 DTRAIN_INLINE Heartbeat::Heartbeat(const WorkerIdentity& who, c10d::Store& store, std::chrono::milliseconds heartbeat_timeout,
-          std::chrono::milliseconds progress_timeout)
+                                   std::chrono::milliseconds progress_timeout)
     : who_(who), timeout_(heartbeat_timeout), progress_timeout_(progress_timeout), beats_(who.world_size),
       progress_(who.world_size), progress_base_(last_progress().count), collective_base_(collectives_issued()),
       peer_collectives_(who.world_size, -1) {

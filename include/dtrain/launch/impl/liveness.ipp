@@ -20,7 +20,6 @@ DTRAIN_INLINE std::vector<std::string> stat_fields(int pid) {
 }
 }  // namespace detail
 
-
 DTRAIN_INLINE ProcessIdentity ProcessIdentity::self() {
   ProcessIdentity p;
   p.pid = static_cast<int>(::getpid());

@@ -51,7 +51,7 @@ DTRAIN_INLINE bool name_resolves_to_loopback(const std::string& addr) {
 }
 
 DTRAIN_INLINE c10::intrusive_ptr<Store> host_store(const std::string& addr, int port, std::chrono::milliseconds timeout,
-                                            std::optional<std::string> secret) {
+                                                   std::optional<std::string> secret) {
   if (port < 0 || port > 65535)
     throw ConfigError("MASTER_PORT=" + std::to_string(port) + " is not a port (1-65535)");
   check_local_address(addr);
@@ -81,7 +81,7 @@ DTRAIN_INLINE c10::intrusive_ptr<c10d::Store> store_client(const WorkerIdentity&
 }
 
 DTRAIN_INLINE c10::intrusive_ptr<c10d::Store> connect_store(const WorkerIdentity& w,
-                                                     std::chrono::milliseconds timeout) {
+                                                            std::chrono::milliseconds timeout) {
   if (!w.store_on_driver && !w.store_on_agent && w.rank == 0) {
     auto secret = run_secret_from_environment();
     if (!secret && w.local_world_size < w.world_size)

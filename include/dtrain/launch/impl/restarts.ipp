@@ -33,7 +33,7 @@ DTRAIN_INLINE std::string failure_signature(const std::string& cause) {
 }
 
 DTRAIN_INLINE void Restarts::passed_over(nlohmann::json& past, const std::string& cause, int attempt,
-                 std::optional<std::pair<std::int64_t, std::int64_t>> resumed) {
+                                         std::optional<std::pair<std::int64_t, std::int64_t>> resumed) {
   ++passed_over_;
   past.push_back({{"time", unix_now()}, {"attempt", attempt}, {"cause", cause},
                   {"resumed_iteration", resumed ? resumed->first : 0},

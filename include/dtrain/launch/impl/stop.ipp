@@ -26,7 +26,6 @@ DTRAIN_INLINE void handle(int sig, void (*handler)(int), struct sigaction* old) 
 }
 }  // namespace detail
 
-
 DTRAIN_INLINE StopSignals::StopSignals() {
   detail::stop_signals = 0;
   detail::last_stop_signal = 0;

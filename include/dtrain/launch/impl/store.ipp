@@ -13,7 +13,7 @@ DTRAIN_INLINE Store::Store(std::string addr, int port, std::optional<std::string
 }
 
 DTRAIN_INLINE c10::intrusive_ptr<Store> Store::host(const std::string& addr, int port, std::optional<std::string> secret,
-                                      std::chrono::milliseconds timeout) {
+                                                    std::chrono::milliseconds timeout) {
   auto server = std::make_shared<StoreServer>(addr, port, secret);
   auto s = c10::make_intrusive<Store>(addr, server->port(), std::move(secret), timeout);
   s->server_ = std::move(server);
@@ -36,7 +36,7 @@ DTRAIN_INLINE std::int64_t Store::add(const std::string& key, std::int64_t value
 }
 
 DTRAIN_INLINE std::vector<std::uint8_t> Store::compareSet(const std::string& key, const std::vector<std::uint8_t>& expected,
-                                     const std::vector<std::uint8_t>& desired) {
+                                                          const std::vector<std::uint8_t>& desired) {
   auto w = store_wire::writer{}.u8(op(store_wire::op::compare_set)).bytes(key).bytes(bytes(expected)).bytes(bytes(desired));
   const auto b = call(w, timeout_);
   return to_vector(fields(b).bytes());
@@ -70,7 +70,7 @@ DTRAIN_INLINE void Store::wait(const std::vector<std::string>& keys, const std::
 }
 
 DTRAIN_INLINE std::string Store::call(const store_wire::writer& request, std::chrono::milliseconds wait,
-                        const std::string& keys) {
+                                      const std::string& keys) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (fd_ < 0) throw std::runtime_error("dtrain store: the connection to " + where() + " was lost before");
   send_all(request.frame());

@@ -68,7 +68,6 @@ DTRAIN_INLINE std::string peer_name(int fd) {
 }
 }  // namespace store_wire
 
-
 DTRAIN_INLINE std::string make_run_secret() {
   const auto b = store_wire::random_bytes(32);
   return dtrain::detail::to_hex(reinterpret_cast<const std::uint8_t*>(b.data()), b.size());

@@ -17,14 +17,13 @@ DTRAIN_INLINE torch::Tensor AllReduceSum::forward(torch::autograd::AutogradConte
 }
 
 DTRAIN_INLINE torch::autograd::variable_list AllReduceSum::backward(torch::autograd::AutogradContext* ctx,
-                                               torch::autograd::variable_list grads) {
+                                                                    torch::autograd::variable_list grads) {
   const auto* reduce = reinterpret_cast<const ReduceSum*>(ctx->saved_data["reduce"].toInt());
   auto g = grads[0].clone();
   (*reduce)(g);
   return {g, torch::Tensor()};
 }
 }  // namespace detail
-
 
 DTRAIN_INLINE BatchNorm2dImpl::BatchNorm2dImpl(std::int64_t channels, double momentum, double eps)
     : momentum_(momentum), eps_(eps) {

@@ -65,7 +65,7 @@ DTRAIN_INLINE BertModelImpl::BertModelImpl(const Config& c) : config(c) {
 }
 
 DTRAIN_INLINE BertOutput BertModelImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
-                   const torch::Tensor& token_type_ids) {
+                                                const torch::Tensor& token_type_ids) {
   if (input_ids.dim() != 2)
     throw ConfigError("nn::BertModel: input_ids must be [batch, sequence], got " + std::to_string(input_ids.dim()) +
                       " dimensions");
@@ -77,7 +77,7 @@ DTRAIN_INLINE BertOutput BertModelImpl::forward(const torch::Tensor& input_ids, 
 }
 
 DTRAIN_INLINE torch::Tensor BertModelImpl::pooled(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
-                     const torch::Tensor& token_type_ids) {
+                                                  const torch::Tensor& token_type_ids) {
   if (input_ids.dim() != 2 || !attention_mask.defined() || attention_mask.sizes() != input_ids.sizes() ||
       !packs(input_ids, attention_mask.eq(0)) || !attention_mask.select(1, 0).ne(0).all().item<bool>())
     return forward(input_ids, attention_mask, token_type_ids).pooler_output;
@@ -93,7 +93,7 @@ DTRAIN_INLINE BertForSequenceClassificationImpl::BertForSequenceClassificationIm
 }
 
 DTRAIN_INLINE torch::Tensor BertForSequenceClassificationImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
-                      const torch::Tensor& token_type_ids) {
+                                                                       const torch::Tensor& token_type_ids) {
   auto pooled = bert->pooled(input_ids, attention_mask, token_type_ids);
   const double p = config.classifier_dropout.value_or(config.hidden_dropout_prob);
   if (p > 0 && is_training()) pooled = at::dropout(pooled, p, true);

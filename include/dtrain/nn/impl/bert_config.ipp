@@ -22,7 +22,6 @@ DTRAIN_INLINE const std::set<std::string>& bert_volatile_keys() {
 }
 }  // namespace detail
 
-
 DTRAIN_INLINE BertConfig BertConfig::from_json(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object()) throw ConfigError(source + ": a BERT config must be a JSON object, got " + std::string(j.type_name()));
   const auto fail = [&](const std::string& what) { return ConfigError(source + ": " + what); };

@@ -8,7 +8,7 @@ DTRAIN_NAMESPACE_BEGIN
 namespace nn {
 
 DTRAIN_INLINE torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                            const torch::Tensor& mask, double dropout, bool training) {
+                                   const torch::Tensor& mask, double dropout, bool training) {
   auto scores = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(-1))));
   if (mask.defined()) scores = scores + mask;
   auto weights = at::softmax(scores, -1);
@@ -106,7 +106,7 @@ DTRAIN_INLINE torch::Tensor EncoderImpl::forward(torch::Tensor x, const torch::T
 namespace detail {
 
 DTRAIN_INLINE torch::nn::Linear hub_linear(torch::nn::Module& parent, const std::string& name, std::int64_t in, std::int64_t out,
-                                    double initializer_range, bool bias) {
+                                           double initializer_range, bool bias) {
   auto l = parent.register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias)));
   torch::NoGradGuard no_grad;
   l->weight.normal_(0, initializer_range);
@@ -122,7 +122,6 @@ DTRAIN_INLINE torch::Tensor apply(const torch::nn::LayerNorm& n, const torch::Te
   return at::layer_norm(x, {x.size(-1)}, n->weight, n->bias, eps);
 }
 }  // namespace detail
-
 
 DTRAIN_INLINE HubEncoderLayerImpl::HubEncoderLayerImpl(HubEncoderLayerOptions o) : options(std::move(o)) {
   const auto h = options.hidden();

@@ -8,7 +8,7 @@ DTRAIN_NAMESPACE_BEGIN
 namespace nn {
 
 DTRAIN_INLINE torch::Tensor cross_entropy_fp32(const torch::Tensor& logits, const torch::Tensor& target,
-                                        std::int64_t ignore_index) {
+                                               std::int64_t ignore_index) {
   if (logits.dim() != 2 || target.dim() != 1 || target.size(0) != logits.size(0))
     throw ConfigError("nn::cross_entropy_fp32: logits must be [N, classes] and target [N]; got logits " +
                       c10::str(logits.sizes()) + " and target " +

@@ -105,9 +105,8 @@ DTRAIN_INLINE std::vector<std::int64_t> PackedAttention::block_starts(const std:
 }
 }  // namespace detail
 
-
 DTRAIN_INLINE torch::Tensor attend_packed(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                   const std::vector<std::int64_t>& offsets, double dropout, bool training) {
+                                          const std::vector<std::int64_t>& offsets, double dropout, bool training) {
   if (q.dim() != 3 || k.sizes() != q.sizes() || v.sizes() != q.sizes() || offsets.empty() || offsets.back() != q.size(0))
     throw ConfigError("nn::attend_packed: q, k and v must be [tokens, heads, width] alike, with offsets ending at the tokens (" +
                       std::to_string(q.dim() ? q.size(0) : 0) + ")");

@@ -9,7 +9,7 @@ namespace nn {
 namespace detail {
 
 DTRAIN_INLINE void write_pretrained(const torch::nn::Module& module, const std::filesystem::path& dir, nlohmann::json config,
-                             const std::string& architecture, const SavePretrainedOptions& options) {
+                                    const std::string& architecture, const SavePretrainedOptions& options) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(dir, ec);

@@ -59,7 +59,7 @@ DTRAIN_INLINE void from_json(const nlohmann::json& j, ResNetConfig& c) {
 namespace detail {
 
 DTRAIN_INLINE torch::nn::Conv2d resnet_conv(std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t stride,
-                                     std::int64_t groups, std::int64_t dilation) {
+                                            std::int64_t groups, std::int64_t dilation) {
   return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, kernel)
                                .stride(stride)
                                .padding(kernel == 3 ? dilation : 0)
@@ -69,9 +69,8 @@ DTRAIN_INLINE torch::nn::Conv2d resnet_conv(std::int64_t in, std::int64_t out, s
 }
 }  // namespace detail
 
-
 DTRAIN_INLINE BasicBlockImpl::BasicBlockImpl(std::int64_t inplanes, std::int64_t planes, std::int64_t stride,
-               torch::nn::Sequential downsample_)
+                                             torch::nn::Sequential downsample_)
     : conv1(register_module("conv1", detail::resnet_conv(inplanes, planes, 3, stride))),
       bn1(register_module("bn1", BatchNorm2d(planes))),
       conv2(register_module("conv2", detail::resnet_conv(planes, planes, 3))),
@@ -87,7 +86,7 @@ DTRAIN_INLINE torch::Tensor BasicBlockImpl::forward(const torch::Tensor& x) {
 
 DTRAIN_INLINE BottleneckImpl::BottleneckImpl(std::int64_t inplanes, std::int64_t planes, std::int64_t stride,
                torch::nn::Sequential downsample_, std::int64_t groups, std::int64_t base_width,
-               std::int64_t dilation)
+                                             std::int64_t dilation)
     : conv1(register_module("conv1", detail::resnet_conv(inplanes, width(planes, groups, base_width), 1))),
       bn1(register_module("bn1", BatchNorm2d(width(planes, groups, base_width)))),
       conv2(register_module("conv2", detail::resnet_conv(width(planes, groups, base_width),
@@ -182,7 +181,7 @@ DTRAIN_INLINE ResNet wide_resnet50_2(std::int64_t num_classes) {
 }
 
 DTRAIN_INLINE weights::LoadReport load_pretrained(ResNetImpl& model, const std::filesystem::path& path,
-                                           weights::LoadOptions options) {
+                                                  weights::LoadOptions options) {
   auto state = weights::read(path);
   const auto source = weights::detail::weights_format(path).second.string();
   const auto fc = std::find_if(state.begin(), state.end(), [&](const auto& kv) {

@@ -13,7 +13,7 @@ DTRAIN_INLINE std::int64_t sequential::samples_per_rank(std::int64_t dataset_siz
 }
 
 DTRAIN_INLINE std::vector<std::int64_t> sequential::indices(std::int64_t dataset_size, int rank, int world_size,
-                                         std::int64_t /*epoch*/) {
+                                                            std::int64_t /*epoch*/) {
   if (rank < 0 || rank >= world_size)
     throw ConfigError("sampler::sequential: rank " + std::to_string(rank) +
                       " is outside [0, world_size = " + std::to_string(world_size) + ")");

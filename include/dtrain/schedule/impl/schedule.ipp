@@ -25,7 +25,7 @@ DTRAIN_INLINE std::vector<double> doubles(const torch::Tensor& t) {
 }
 
 DTRAIN_INLINE void save_common(torch::serialize::OutputArchive& a, const char* kind, std::int64_t steps,
-                        const std::vector<double>& base, const std::vector<double>& lrs) {
+                               const std::vector<double>& base, const std::vector<double>& lrs) {
   a.write("kind", c10::IValue(std::string(kind)));
   a.write("steps", torch::tensor(steps));
   a.write("base_lrs", doubles(base));
@@ -33,7 +33,7 @@ DTRAIN_INLINE void save_common(torch::serialize::OutputArchive& a, const char* k
 }
 
 DTRAIN_INLINE void load_common(torch::serialize::InputArchive& a, const char* kind, torch::optim::Optimizer& optimizer,
-                        std::int64_t& steps, std::vector<double>& base, std::vector<double>& lrs) {
+                               std::int64_t& steps, std::vector<double>& base, std::vector<double>& lrs) {
   c10::IValue saved_kind;
   a.read("kind", saved_kind);
   if (saved_kind.toStringRef() != kind)

@@ -38,12 +38,12 @@ struct unit_extent {
 /// the unit's `numel` values dropped, zeros appended up to this world's padding, and this rank's
 /// `shard_numel` values taken (a new tensor). Exactly the piece a run of this world would hold.
 torch::Tensor reshard_flat(const std::vector<torch::Tensor>& pieces, std::int64_t numel, int rank,
-                                  std::int64_t shard_numel);
+                           std::int64_t shard_numel);
 
 /// Saved rank `rank`'s optimizer archive from `file`. Throws Error naming the file when it is
 /// missing or does not load (truncated, damaged).
 void read_saved_optimizer(torch::serialize::InputArchive& archive, const std::filesystem::path& file, int rank,
-                                 int saved_world);
+                          int saved_world);
 
 namespace reshard {
 
@@ -53,7 +53,7 @@ std::string shown(const c10::IValue& v);
 
 // The state keys of a saved archive's param group `group`, which must hold `expected` tensors.
 std::vector<std::string> saved_keys(torch::serialize::InputArchive& groups, std::size_t group,
-                                           std::size_t expected, const std::string& file);
+                                    std::size_t expected, const std::string& file);
 
 }  // namespace reshard
 

@@ -8,8 +8,8 @@ DTRAIN_NAMESPACE_BEGIN
 namespace strategy {
 
 DTRAIN_INLINE std::vector<std::vector<std::size_t>> bucket_assignment(const std::vector<torch::Tensor>& params,
-                                                               std::int64_t first_bucket_bytes,
-                                                               std::int64_t bucket_bytes_cap) {
+                                                                      std::int64_t first_bucket_bytes,
+                                                                      std::int64_t bucket_bytes_cap) {
   std::vector<std::vector<std::size_t>> buckets;
   if (params.empty()) return buckets;
   buckets.emplace_back();

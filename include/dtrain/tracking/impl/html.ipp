@@ -70,7 +70,7 @@ DTRAIN_INLINE std::string value_text(std::string_view name, const nlohmann::json
 }
 
 DTRAIN_INLINE std::string table(const std::string& id, const std::vector<std::string>& header,
-                         const std::vector<std::vector<std::string>>& rows) {
+                                const std::vector<std::vector<std::string>>& rows) {
   std::string s = "<table id=\"" + escape(id) + "\"><tr>";
   for (const auto& h : header) s += "<th>" + escape(h) + "</th>";
   s += "</tr>";
@@ -98,7 +98,7 @@ DTRAIN_INLINE std::size_t Series::points() const {
 }
 
 DTRAIN_INLINE std::string line_chart(const std::string& id, const std::string& title, const std::string& x_label,
-                              const std::vector<Series>& series, const std::vector<Marker>& markers) {
+                                     const std::vector<Series>& series, const std::vector<Marker>& markers) {
   // Tableau's ten, less the red that marks restarts.
   static constexpr const char* colours[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b",
                                             "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};

@@ -31,9 +31,9 @@ DTRAIN_INLINE void write_json(const std::filesystem::path& path, const nlohmann:
 }
 
 DTRAIN_INLINE nlohmann::json evaluation_json(const std::string& name, const Metrics& metrics,
-                                      const std::vector<std::string>& class_names,
-                                      const std::vector<std::vector<std::int64_t>>& confusion,
-                                      const std::string& checkpoint, double time_unix) {
+                                             const std::vector<std::string>& class_names,
+                                             const std::vector<std::vector<std::int64_t>>& confusion,
+                                             const std::string& checkpoint, double time_unix) {
   return {{"name", name}, {"metrics", metrics}, {"class_names", class_names},
           {"confusion_matrix", confusion}, {"checkpoint", checkpoint}, {"time", time_unix}};
 }

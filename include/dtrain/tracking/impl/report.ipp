@@ -94,7 +94,6 @@ DTRAIN_INLINE Markers restarts_and_resumes(const RunRecord& run, double t0) {
 }
 }  // namespace detail
 
-
 DTRAIN_INLINE std::string render_report(const RunRecord& run) {
   using html::escape;
   using html::number;

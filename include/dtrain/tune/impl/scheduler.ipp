@@ -16,7 +16,6 @@ DTRAIN_INLINE double percentile(std::vector<double> v, double q) {
 }
 }  // namespace detail
 
-
 DTRAIN_INLINE void asha::validate() const {
   if (!(grace_period > 0) || !(max_t >= grace_period) || !(reduction_factor > 1))
     throw ConfigError("tune::asha{max_t " + detail::number(max_t) + ", grace_period " + detail::number(grace_period) +

@@ -8,7 +8,7 @@ DTRAIN_NAMESPACE_BEGIN
 namespace tune {
 
 DTRAIN_INLINE std::optional<Metrics> basic_search::suggest(const Space& space, std::size_t index, const SearchSettings& settings,
-                               const std::vector<TrialResult>&) const {
+                                                           const std::vector<TrialResult>&) const {
   const std::size_t points = space.grid_size();
   if (index >= points * static_cast<std::size_t>(settings.num_samples)) return std::nullopt;
   Random random(trial_seed(settings.seed, index));

@@ -31,7 +31,6 @@ DTRAIN_INLINE std::optional<std::string_view> dtype_name(torch::ScalarType type)
 }
 }  // namespace detail
 
-
 DTRAIN_INLINE const SafetensorsTensor* SafetensorsFile::find(const std::string& name) const {
   const auto it = by_name_.find(name);
   return it == by_name_.end() ? nullptr : &tensors_[it->second];

@@ -36,10 +36,9 @@ DTRAIN_INLINE void TempFile::commit() {
 }
 }  // namespace detail
 
-
 DTRAIN_INLINE void save_safetensors(const std::filesystem::path& path,
-                             const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
-                             const std::map<std::string, std::string>& metadata) {
+                                    const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                                    const std::map<std::string, std::string>& metadata) {
   detail::require_little_endian(path);
   const auto bad = [&](const std::string& name, const std::string& what) {
     return Error(path.string() + ": cannot write tensor \"" + name + "\": " + what);

@@ -110,7 +110,7 @@ DTRAIN_INLINE void restrict_sources(int fd, const std::vector<ip_address>& allow
 }
 
 DTRAIN_INLINE gloo_peer_guard::gloo_peer_guard(const std::string& prefix, c10::intrusive_ptr<c10d::Store> store, int rank, int size,
-                const std::vector<std::pair<ino_t, int>>& before)
+                                               const std::vector<std::pair<ino_t, int>>& before)
     : c10d::PrefixStore(prefix, std::move(store)), rank_(rank), size_(size) {
   for (const auto& l : before) before_.insert(l.first);
 }

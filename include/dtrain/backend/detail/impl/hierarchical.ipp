@@ -60,7 +60,7 @@ DTRAIN_INLINE std::string host_layout::describe() const {
 
 DTRAIN_INLINE hierarchical_allreduce::hierarchical_allreduce(const c10::intrusive_ptr<c10d::Store>& store, host_layout layout, int rank, int world,
                        const std::function<std::shared_ptr<::gloo::transport::Device>()>& make_device,
-                       std::chrono::milliseconds timeout)
+                                                             std::chrono::milliseconds timeout)
     : layout_(std::move(layout)), rank_(rank), world_(world) {
   const int here = layout_.host;
   try {

@@ -102,7 +102,6 @@ DTRAIN_INLINE void put_utf8(char32_t c, std::string& out) {
 }
 }  // namespace unicode
 
-
 DTRAIN_INLINE void BertNormalizer::operator()(std::string_view text, std::vector<char32_t>& out) const {
   namespace u = unicode;
   out.clear();

@@ -9,7 +9,7 @@ namespace strategy {
 namespace detail {
 
 DTRAIN_INLINE torch::Tensor reshard_flat(const std::vector<torch::Tensor>& pieces, std::int64_t numel, int rank,
-                                  std::int64_t shard_numel) {
+                                         std::int64_t shard_numel) {
   const auto joined = torch::cat(pieces).narrow(0, 0, numel);
   auto out = torch::zeros({shard_numel}, joined.options());
   const auto begin = rank * shard_numel, end = std::min(begin + shard_numel, numel);
@@ -18,7 +18,7 @@ DTRAIN_INLINE torch::Tensor reshard_flat(const std::vector<torch::Tensor>& piece
 }
 
 DTRAIN_INLINE void read_saved_optimizer(torch::serialize::InputArchive& archive, const std::filesystem::path& file, int rank,
-                                 int saved_world) {
+                                        int saved_world) {
   const std::string what = file.string() + " (rank " + std::to_string(rank) + "'s optimizer state, of the " +
                            std::to_string(saved_world) + " ranks that saved it)";
   std::error_code ec;
@@ -63,7 +63,7 @@ DTRAIN_INLINE std::string shown(const c10::IValue& v) {
 }
 
 DTRAIN_INLINE std::vector<std::string> saved_keys(torch::serialize::InputArchive& groups, std::size_t group,
-                                           std::size_t expected, const std::string& file) {
+                                                  std::size_t expected, const std::string& file) {
   torch::serialize::InputArchive one;
   groups.read("param_groups/" + std::to_string(group), one);
   torch::Tensor size;
@@ -81,7 +81,6 @@ DTRAIN_INLINE std::vector<std::string> saved_keys(torch::serialize::InputArchive
   return keys;
 }
 }  // namespace reshard
-
 
 DTRAIN_INLINE void load_resharded_optimizer(torch::optim::Optimizer& optimizer, const std::vector<std::filesystem::path>& saved,
                                      int rank, const std::function<std::optional<unit_extent>(const torch::Tensor&)>& extent_of) {
