@@ -10,8 +10,10 @@
 # staging:      what Conan and vcpkg do: a fresh configure with the packaging options, an install
 #               into a staging prefix that is then moved; Conan's test_package/ and the vcpkg
 #               manifest example (which holds ports/dtrain/usage's lines) are built against it.
-# installed_compiled: a fresh configure with DTRAIN_SEPARATE_COMPILATION=ON, installed into a fresh
-#               prefix (libdtrain.a, the config under lib/cmake/dtrain); the program links the library.
+# installed_compiled, installed_header_only: a fresh configure in the other mode than this build's
+#               (DTRAIN_SEPARATE_COMPILATION ON: libdtrain.a, the config under lib/cmake/dtrain, the
+#               program links the library; OFF: no library, the config under share/), installed
+#               into a fresh prefix. With `installed`, the installed package is tested in both modes.
 # cuda_config:  a fresh configure with DTRAIN_CUDA=ON (CUDA toolkit and NCCL, no CUDA LibTorch
 #               needed), installed; the consumer only configures, and checks that the package
 #               defines DTRAIN_WITH_CUDA=1 and links NCCL and cudart.
@@ -21,7 +23,8 @@
 
 cmake_minimum_required(VERSION 3.24)
 
-set(modes installed relocated buildtree subdirectory fetchcontent deb staging cuda_config installed_compiled)
+set(modes installed relocated buildtree subdirectory fetchcontent deb staging cuda_config installed_compiled
+          installed_header_only)
 if(NOT MODE IN_LIST modes OR NOT EXISTS "${SETTINGS}")
   string(JOIN "|" usage ${modes})
   message(FATAL_ERROR "consumer test failed: usage: cmake -DMODE=${usage} -DSETTINGS=<file> "
@@ -228,19 +231,28 @@ if(MODE MATCHES "^(installed|relocated)$")
     endif()
   endif()
 
-elseif(MODE STREQUAL "installed_compiled")
+elseif(MODE MATCHES "^installed_(compiled|header_only)$")
   set(prefix "${work}/prefix")
-  install_fresh("${prefix}" -DDTRAIN_SEPARATE_COMPILATION=ON)
+  if(MODE STREQUAL "installed_compiled")
+    set(compiled ON)
+  else()
+    set(compiled OFF)
+  endif()
+  install_fresh("${prefix}" -DDTRAIN_SEPARATE_COMPILATION=${compiled})
   check_package("${prefix}")
-  if(NOT EXISTS "${prefix}/lib/libdtrain.a")
+  if(compiled AND NOT EXISTS "${prefix}/lib/libdtrain.a")
     fail("the compiled package has no ${prefix}/lib/libdtrain.a")
+  elseif(NOT compiled AND EXISTS "${prefix}/lib/libdtrain.a")
+    fail("the header-only package holds ${prefix}/lib/libdtrain.a")
   endif()
   list(PREPEND search_path "${prefix}")
   consume("${project}" "${work}/build" "${prefix}/include" consumer ${consumer_args})
   file(READ "${work}/build/build.ninja" rules)
   string(FIND "${rules}" "${prefix}/lib/libdtrain.a" at)
-  if(at EQUAL -1)
+  if(compiled AND at EQUAL -1)
     fail("the consumer does not link ${prefix}/lib/libdtrain.a")
+  elseif(NOT compiled AND NOT at EQUAL -1)
+    fail("the header-only consumer links ${prefix}/lib/libdtrain.a")
   endif()
 
 elseif(MODE STREQUAL "buildtree")
