@@ -66,7 +66,10 @@ def handshake(s, secret):
 
 
 # Keys as a dtrain run names them (launch/heartbeat.hpp, backend/gloo.hpp under the attempt's prefix).
-KEYS = [b"dtrain/0/beat/1", b"dtrain/0/progress/1", b"dtrain/0/stop", b"gloo/0/1", b"gloo/hosts/1", b"0/gloo/0/1"]
+# Not the stop key (launch/stop.hpp): setting it is how a holder of the secret (the driver, a rank
+# that got a signal) asks the run to stop, so a run that saw the forged key stopped as asked, with
+# other parameters than the undisturbed run's (1 run in CI under 2.15).
+KEYS = [b"dtrain/0/beat/1", b"dtrain/0/progress/1", b"gloo/0/1", b"gloo/hosts/1", b"0/gloo/0/1"]
 
 
 def main():
