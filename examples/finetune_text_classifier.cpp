@@ -3,11 +3,10 @@
 // all-MiniLM-L6-v2 by default) on a CSV corpus (scripts/make-text-corpus), the same work as
 // benchmarks/minilm_peer.py: title + " " + description through the model's WordPiece tokenizer
 // (truncated to --max-len, padded per batch with an attention mask), nn::BertForSequenceClassification
-// (the pretrained encoder, dropout and a new linear head on the pooled output, one label per tag;
-// MiniLMTagger below adds the forward the Predictor calls), AdamW with a linear warm-up then
-// cosine decay (schedule::WarmupCosine), validation every epoch, the best checkpoint by val_loss
-// (with the tokenizer and labels as objects), the holdout accuracy of that checkpoint through the
-// Predictor on raw strings, and one JSON line with the peer's keys.
+// (the pretrained encoder, dropout and a new linear head on the pooled output, one label per tag),
+// AdamW with a linear warm-up then cosine decay (schedule::WarmupCosine), validation every epoch,
+// the best checkpoint by val_loss (with the tokenizer and labels as objects), the holdout accuracy
+// of that checkpoint alone through the Predictor on raw strings, and one JSON line with the peer's keys.
 //
 //   finetune_text_classifier --data DIR [--model-dir DIR] [--workers N] [--threads-per-worker N]
 //       [--global-batch N] [--epochs N] [--max-steps N] [--max-len N] [--lr X] [--weight-decay X]
@@ -125,11 +124,9 @@ fs::path model_directory(const Options& o) {
   return out;
 }
 
-// The model's tokenizer, its truncation set to max_len (tokenizer.json's own is 128 for MiniLM).
+// The model's tokenizer, truncating to max_len (tokenizer.json's own is 128 for MiniLM).
 data::WordPieceTokenizer tokenizer_of(const fs::path& dir, std::int64_t max_len) {
-  auto j = data::WordPieceTokenizer::from_directory(dir).json();
-  j["truncation"] = {{"direction", "Right"}, {"max_length", max_len}, {"strategy", "LongestFirst"}, {"stride", 0}};
-  return data::WordPieceTokenizer::from_json(std::move(j), (dir / "tokenizer.json").string());
+  return data::WordPieceTokenizer::from_directory(dir).with_max_length(max_len);
 }
 
 // Padded per batch to its longest text, with the tokenizer's pad id and an attention mask.
@@ -139,16 +136,6 @@ auto batches_of(Encoded e, std::int64_t pad_id, int threads) {
 }
 using Batches = decltype(batches_of(Encoded{}, 0, 0));
 
-// nn::BertForSequenceClassification that also takes a batch of named fields, as the Predictor
-// hands it raw strings through TextInputs: input_ids and attention_mask. An overload of forward
-// lives here, not in the library's class, because LibTorch's ModuleHolder::operator() needs a
-// single forward (it takes &Impl::forward) and users call bert(ids, mask, types).
-struct MiniLMTaggerImpl : dtrain::nn::BertForSequenceClassificationImpl {
-  using BertForSequenceClassificationImpl::BertForSequenceClassificationImpl;
-  using BertForSequenceClassificationImpl::forward;
-  torch::Tensor forward(const data::Fields& b) { return forward(b["input_ids"], b["attention_mask"]); }
-};
-TORCH_MODULE(MiniLMTagger);
 
 }  // namespace
 
@@ -187,7 +174,7 @@ int main(int argc, char** argv) try {
   const auto total_steps = o.max_steps ? std::min(o.max_steps, per_epoch * o.epochs) : per_epoch * o.epochs;
   const auto warmup_steps = static_cast<std::int64_t>(o.warmup * static_cast<double>(total_steps));
 
-  using Bert = MiniLMTagger;
+  using Bert = dtrain::nn::BertForSequenceClassification;
   using Trainer = dtrain::Trainer<Bert, Batches, dtrain::checkpointer::directory<>>;
   dtrain::RunConfig run{.storage_path = o.storage, .name = o.name};
   run.checkpoint = {.num_to_keep = 1, .score_attribute = "val_loss", .score_order = dtrain::ScoreOrder::min};
@@ -241,8 +228,7 @@ int main(int argc, char** argv) try {
   // The best checkpoint by val_loss alone serves: the model from its config.json, its tokenizer and
   // label names; the holdout goes in as raw strings, as a user's texts would.
   const auto& best = *result.best_checkpoint();
-  auto predictor = dtrain::evaluation::Predictor<Bert>::from_checkpoint<data::WordPieceTokenizer>(
-      best.path(), dtrain::evaluation::TextInputs{});
+  auto predictor = dtrain::evaluation::Predictor<Bert>::from_checkpoint(best.path(), dtrain::evaluation::TextInputs{});
   dtrain::evaluation::ConfusionMatrix cm(labels.size());
   const double h0 = now_s();
   constexpr std::size_t kChunk = 64;  // texts per forward: padding to the longest stays small

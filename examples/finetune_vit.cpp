@@ -264,7 +264,7 @@ int main(int argc, char** argv) try {
   // the model from its config, the processor and class names it saved.
   const auto& best = *result.best_checkpoint();
   auto predictor =
-      dtrain::evaluation::Predictor<ViT>::from_checkpoint<data::ViTImageProcessor>(best.path(), dtrain::evaluation::ImageInputs{});
+      dtrain::evaluation::Predictor<ViT>::from_checkpoint(best.path(), dtrain::evaluation::ImageInputs{});
   const double h0 = now_s();
   std::vector<std::string> test_files;
   std::int64_t correct = 0;

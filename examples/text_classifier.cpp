@@ -176,7 +176,7 @@ void train_and_report(const Options& o, double script_start, double started) {
   // names. The holdout and raw strings.
   using Predictor = dtrain::evaluation::Predictor<TextClassifier>;
   const auto best = result.best_checkpoint()->path();
-  auto predictor = Predictor::from_checkpoint<Tokenizer>(best, dtrain::evaluation::TextInputs{});
+  auto predictor = Predictor::from_checkpoint(best, dtrain::evaluation::TextInputs{});  // the tokenizer it saved
   dtrain::evaluation::ConfusionMatrix cm(labels.size());
   const auto holdout_predictions = predictor.predict(test, 256, &cm);
   const auto per_class = cm.per_class();

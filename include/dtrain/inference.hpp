@@ -8,5 +8,6 @@
 #include <dtrain/evaluation/batch_predict.hpp>
 #include <dtrain/evaluation/classification.hpp>
 #include <dtrain/evaluation/predictor.hpp>
+#include <dtrain/evaluation/text_inputs.hpp>
 #include <dtrain/evaluation/validation.hpp>
 #include <dtrain/tracking/report_timing.hpp>

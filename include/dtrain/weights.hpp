@@ -30,6 +30,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -49,7 +50,9 @@ namespace weights {
 struct LoadOptions {
   /// Strict: every name of the module is in the file and every tensor of the file is in the
   /// module, else Error listing both sets (and nothing is copied). Non-strict: the names in both
-  /// are loaded, and the report lists the others.
+  /// are loaded, and the report lists the others. Either way a file of which no tensor has a name
+  /// of the module is an Error (a model that would train from its random initialisation), which
+  /// names the prefix that would make the names match when there is one.
   bool strict = true;
   /// Removed from the file's keys before they are matched: "" removes `module.` when every key has
   /// it; a named prefix ("bert.") is removed from the keys that have it (see the header's comment).
@@ -90,6 +93,11 @@ namespace detail {
 enum class WeightsFormat { safetensors, sharded_index, torch_pickle };
 
 std::pair<WeightsFormat, std::filesystem::path> weights_format(const std::filesystem::path& path);
+
+/// What to do about a load whose names do not match: the prefix that makes most of them match,
+/// when there is one, else `otherwise`.
+std::string prefix_hint(const std::vector<std::string>& missing, const std::vector<std::string>& unexpected,
+                        const std::string& otherwise);
 
 }  // namespace detail
 

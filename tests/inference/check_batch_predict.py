@@ -11,7 +11,11 @@
 - a worker SIGKILLed midway is restarted, the parts written before are not scored again, and the
   final file is complete with no duplicate;
 - a program that trains and then scores, its workers started anew (not forks), runs each fit() once;
-- another job's output directory is refused, naming both jobs.
+- another job's output directory is refused, naming both jobs;
+- the library's own nn::BertForSequenceClassification, fine-tuned with a WordPiece tokenizer, is
+  served from its checkpoint alone over raw texts with TextInputs{} (no type named): batch_predict
+  on 2 workers equals one process's Predictor byte for byte, whose logits are the model's; a job
+  whose tokenizer object is missing fails at once (no restart), in the job's words.
 """
 import json
 import os
@@ -101,4 +105,20 @@ other = os.path.join(workdir, "both", "train")
 ck2 = sorted(d for d in os.listdir(other) if d.startswith("checkpoint_0"))[-1]
 p = run("predict", os.path.join(other, ck2), os.path.join(workdir, "csv1"), "1", expect=1)
 check("holds the predictions of another job" in p.stderr, "another job's output is refused: " + p.stderr.strip()[-300:])
+# The library's BERT with a WordPiece tokenizer, served from its checkpoint alone.
+p = run("text", os.path.join(workdir, "text"), os.path.join(workdir, "text_out"))
+text_checkpoint = word_after(p.stdout, "CHECKPOINT")
+check("samples 103 restarts 0 status finished" in p.stdout, "text: batch_predict over raw texts: " + p.stdout.strip())
+ref = subprocess.run([scenarios, "text-reference", text_checkpoint], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                     text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1"))
+check(ref.returncode == 0, "text: one process's Predictor: " + ref.stderr[-1000:])
+check("LOGITS equal SOFTMAX equal" in ref.stderr, "text: Predictions::logits() are the model's, the probabilities their softmax")
+got = open(os.path.join(workdir, "text_out", "predictions.csv")).read()
+check(got == ref.stdout and len(got.splitlines()) == 104, "text: predictions.csv equals one process's Predictor byte for byte")
+bad = [l for l in p.stdout.splitlines() if l.startswith("BAD ")]
+check("BAD status failed restarts 0" in bad, "text: a missing tokenizer object fails the job at once, not restarted: %s" % bad)
+message = " ".join(bad)
+check("batch prediction failed" in message and "training failed" not in message and
+      'has no object "tokenizer"' in message and "not restarted" in message,
+      "text: the failure speaks of the job and names the object: " + message[:400])
 finish()

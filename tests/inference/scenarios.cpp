@@ -10,11 +10,18 @@
 //   inference_scenarios train-then-predict STORAGE OUTPUT
 //                                                      both in one program, workers started anew
 //                                                      (threads_per_worker 2: not forks of the driver)
+//   inference_scenarios text STORAGE OUTPUT            the library's own nn::BertForSequenceClassification
+//                                                      with a WordPiece tokenizer, trained on 2 workers,
+//                                                      served from its checkpoint alone: batch_predict
+//                                                      over raw texts with TextInputs{} (no type named),
+//                                                      one process's Predictor beside it (rows, logits),
+//                                                      and a job whose preprocessing is missing
 
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <csignal>
+#include <fstream>
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -23,6 +30,7 @@
 #include <dtrain/data.hpp>
 #include <dtrain/inference.hpp>
 #include <dtrain/evaluation/batch_predict.hpp>
+#include <dtrain/models.hpp>
 
 #include <torch/torch.h>
 
@@ -117,6 +125,103 @@ dtrain::evaluation::BatchPredictConfig job(const std::string& output, bool jsonl
           .part_size = 49};
 }
 
+// The text scenario: a tiny BERT and a WordPiece vocabulary of the texts' words.
+const std::vector<std::string> kWords = {"disk", "proxy", "chess", "matrix", "server", "board", "tool", "daemon",
+                                         "library", "game", "partition", "algebra", "network", "engine"};
+
+std::vector<std::string> texts() {  // 103 texts of 2 to 9 words: batches pad to different lengths
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < 103; ++i) {
+    std::string t;
+    for (std::size_t w = 0; w < 2 + i % 8; ++w) t += (w ? " " : "") + kWords[(i * 7 + w * 3) % kWords.size()];
+    out.push_back(t + (i % 5 == 0 ? " unknownword" : ""));
+  }
+  return out;
+}
+
+dtrain::data::WordPieceTokenizer tiny_tokenizer(const std::filesystem::path& dir) {
+  std::filesystem::create_directories(dir);
+  std::string lines = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n";
+  for (const auto& w : kWords) lines += w + "\n";
+  std::ofstream(dir / "vocab.txt") << lines;
+  return dtrain::data::WordPieceTokenizer::from_vocab(dir / "vocab.txt").with_max_length(8);
+}
+
+dtrain::nn::BertConfig tiny_bert() {
+  dtrain::nn::BertConfig c;
+  c.vocab_size = 5 + static_cast<std::int64_t>(kWords.size());
+  c.hidden_size = 16;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 2;
+  c.intermediate_size = 32;
+  c.max_position_embeddings = 16;
+  c.id2label = {"cold", "cool", "mild", "warm"};
+  return c;
+}
+
+std::filesystem::path train_text(const std::string& storage) {
+  using Bert = dtrain::nn::BertForSequenceClassification;
+  using Trainer = dtrain::Trainer<Bert, dtrain::data::TensorDataset, dtrain::checkpointer::directory<>>;
+  auto run = quiet_run(storage, "text");
+  run.start = dtrain::Start::fresh;
+  Trainer trainer({.num_workers = 2}, run);
+  const auto tokenizer = tiny_tokenizer(std::filesystem::path(storage) / "tokenizer");
+  const auto all = texts();
+  const auto labels = dtrain::data::LabelEncoder::fit(tiny_bert().id2label);
+  auto result = trainer.fit([&](Trainer::context& ctx) {
+    torch::manual_seed(11);
+    auto model = ctx.prepare_model(Bert(tiny_bert()));
+    torch::optim::AdamW opt(ctx.parameters(model), 1e-2);
+    for (std::size_t step = 0; step < 3; ++step) {  // each rank its own 4 texts a step
+      std::vector<dtrain::data::Fields> samples;
+      std::vector<std::int64_t> targets;
+      for (std::size_t i = 0; i < 4; ++i) {
+        const auto k = (step * 8 + static_cast<std::size_t>(ctx.world_rank()) * 4 + i) % all.size();
+        samples.push_back(dtrain::data::Fields{{"input_ids", tokenizer.transform(all[k])}});
+        targets.push_back(static_cast<std::int64_t>(all[k].size() % 4));
+      }
+      const auto b = dtrain::data::pad_to_longest("input_ids", tokenizer.pad_id())(samples);
+      opt.zero_grad();
+      auto loss = torch::nn::functional::cross_entropy(
+          ctx.forward(model, b["input_ids"], b["attention_mask"], torch::Tensor()), torch::tensor(targets));
+      ctx.backward(loss);
+      ctx.step(opt);
+    }
+    ctx.report({{"epoch", 0}}, ctx.checkpoint(model, opt).with_object("vocab", tokenizer).with_object("labels", labels));
+  });
+  return result.best_checkpoint()->path();
+}
+
+// One process's Predictor over the texts, 7 at a time as the job's batches: the rows the job writes.
+void text_reference(const std::filesystem::path& checkpoint) {
+  using Bert = dtrain::nn::BertForSequenceClassification;
+  auto predictor = dtrain::evaluation::Predictor<Bert>::from_checkpoint(checkpoint, dtrain::evaluation::TextInputs{});
+  const auto all = texts();
+  const auto c = job("-", false);
+  std::cout << dtrain::evaluation::detail::header(predictor.class_names(), c);
+  // The logits are the model's own: a model built and loaded by hand, on the same padded batch.
+  auto bert = dtrain::checkpointer::build_model<Bert>(*dtrain::checkpointer::Checkpoint::open(checkpoint));
+  dtrain::checkpointer::Checkpoint::open(checkpoint)->load_model(bert);
+  bert->eval();
+  dtrain::data::WordPieceTokenizer tokenizer;
+  dtrain::checkpointer::Checkpoint::open(checkpoint)->load_object("vocab", tokenizer);
+  bool logits_equal = true, softmax_equal = true;
+  for (std::size_t first = 0; first < all.size(); first += 7) {
+    const std::vector<std::string> chunk(all.begin() + first, all.begin() + std::min(all.size(), first + 7));
+    const auto p = predictor.predict(chunk);
+    std::cout << dtrain::evaluation::detail::rows(p.probabilities(), static_cast<std::int64_t>(first), p.class_names(), c);
+    std::vector<dtrain::data::Fields> samples;
+    for (const auto& t : chunk) samples.push_back(dtrain::data::Fields{{"input_ids", tokenizer.transform(t)}});
+    const auto b = dtrain::data::pad_to_longest("input_ids", tokenizer.pad_id())(samples);
+    torch::NoGradGuard no_grad;
+    logits_equal = logits_equal && torch::equal(p.logits(), bert->forward(b["input_ids"], b["attention_mask"]));
+    softmax_equal = softmax_equal && torch::equal(p.probabilities(), torch::softmax(p.logits(), 1)) &&
+                    p[0].logits.size() == 4;
+  }
+  std::cerr << "LOGITS " << (logits_equal ? "equal" : "differ") << " SOFTMAX " << (softmax_equal ? "equal" : "differ")
+            << std::endl;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -157,6 +262,31 @@ int main(int argc, char** argv) try {
                                                       {.num_workers = 2, .threads_per_worker = 2},
                                                       quiet_run(argv[2], "predict"));
     std::cout << "PREDICTIONS " << out.file.string() << " samples " << out.samples << std::endl;
+    return 0;
+  }
+  if (mode == "text" && argc == 4) {
+    const auto checkpoint = train_text(argv[2]);
+    std::cout << "CHECKPOINT " << checkpoint.string() << std::endl;
+    const std::string output = argv[3];
+    auto out = dtrain::evaluation::batch_predict<dtrain::nn::BertForSequenceClassification>(
+        checkpoint, texts(), dtrain::evaluation::TextInputs{}, job(output, false), {.num_workers = 2},
+        quiet_run(output + "_runs", "predict"));
+    std::cout << "PREDICTIONS " << out.file.string() << " samples " << out.samples << " restarts " << out.run.restarts
+              << " status " << out.run.status << std::endl;
+    // A job whose tokenizer object is not there fails at once (not restarted), in the job's words.
+    dtrain::evaluation::TextInputs missing;
+    missing.vocabulary = "tokenizer";
+    auto run = quiet_run(output + "_bad_runs", "predict");
+    run.failure.throw_on_failure = false;
+    auto bad = dtrain::evaluation::batch_predict<dtrain::nn::BertForSequenceClassification>(
+        checkpoint, texts(), missing, job(output + "_bad", false), {.num_workers = 2}, run);
+    std::cout << "BAD status " << bad.run.status << " restarts " << bad.run.restarts << std::endl;
+    std::cout << "BAD message " << (bad.run.error ? bad.run.error->message : std::string("none")) << std::endl;
+    return 0;
+  }
+  if (mode == "text-reference" && argc == 3) {
+    torch::set_num_threads(1);  // as each worker (ScalingConfig::threads_per_worker): the same sums
+    text_reference(argv[2]);
     return 0;
   }
   std::cerr << "usage: see the head of tests/inference/scenarios.cpp\n";

@@ -357,6 +357,37 @@ TEST_CASE("load: formats, prefixes, strictness and dtype conversion", "[weights]
   CHECK_THAT(error_of([&] { weights::read(dir / "old.pt"); }), Catch::Contains("not a zip-format torch.save file"));
 }
 
+TEST_CASE("load: a load that would load nothing is an Error naming the prefix that matches", "[weights]") {
+  Dir dir;
+  const auto w = torch::randn({2, 3}), b = torch::randn({3}), head = torch::randn({4, 3});
+  const State backbone = {{"encoder.w", w}, {"pooler.b", b}};
+  const State task = {{"bert.encoder.w", w}, {"bert.pooler.b", b}, {"classifier.weight", head}};
+  weights::save_safetensors(dir / "backbone.safetensors", backbone);
+  weights::save_safetensors(dir / "task.safetensors", task);
+  // A bare model's file (all-MiniLM-L6-v2's embeddings.*) into a task model (bert.embeddings.*):
+  // non-strict, no name matches; before, 0 tensors loaded and training started from random weights.
+  auto tagger = module_like(task);
+  const auto before = tagger->named_parameters()["bert.encoder.w"].clone();
+  CHECK_THAT(error_of([&] { weights::load(*tagger, dir / "backbone.safetensors", {.strict = false}); }),
+             Catch::Contains("backbone.safetensors") && Catch::Contains("0 of 2 would load") &&
+                 Catch::Contains("under \"bert.\"") && Catch::Contains("model->bert"));
+  CHECK(torch::equal(tagger->named_parameters()["bert.encoder.w"], before));  // nothing copied
+  // Strict, the same names: the hint rather than {.strict = false}, which would load nothing.
+  const auto strict = error_of([&] { weights::load(*tagger, dir / "backbone.safetensors"); });
+  CHECK_THAT(strict, Catch::Contains("under \"bert.\""));
+  CHECK_THAT(strict, !Catch::Contains("{.strict = false}"));
+  // The other way: a task model's file into the bare model names the prefix to load with.
+  auto bare = module_like(backbone);
+  CHECK_THAT(error_of([&] { weights::load(*bare, dir / "task.safetensors", {.strict = false}); }),
+             Catch::Contains("0 of 3 would load") && Catch::Contains("{.prefix = \"bert.\"}"));
+  // The hint's load works.
+  CHECK(weights::load(*bare, dir / "task.safetensors", {.strict = false, .prefix = "bert."}).loaded == 2);
+  // Unrelated names: no prefix to name, and still an Error.
+  weights::save_safetensors(dir / "other.safetensors", {{"conv.weight", w}});
+  CHECK_THAT(error_of([&] { weights::load(*module_like(backbone), dir / "other.safetensors", {.strict = false}); }),
+             Catch::Contains("0 of 1 would load") && Catch::Contains("this model's file"));
+}
+
 TEST_CASE("safetensors: files of Python's safetensors and transformers read equal", "[weights][python]") {
   Dir dir;
   auto r = reference("write-dtypes " + dir.path.string());

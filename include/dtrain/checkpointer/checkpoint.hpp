@@ -187,6 +187,11 @@ class Checkpoint {
     return std::filesystem::is_regular_file(object_path(name), ec);
   }
 
+  /// The type an object saved as `name` says it is (a preprocessor's "kind": "WordPieceTokenizer",
+  /// "ViTImageProcessor", ...), so that a reader can restore it without being told; "" when the
+  /// object records none. Throws Error as load_object does when there is no such object.
+  std::string object_kind(const std::string& name) const;
+
   /// Loads the object saved as `name` with with_object(name, object) into `object`, through its
   /// `load(torch::serialize::InputArchive&)`. Throws Error naming the checkpoint's objects when it
   /// has none of that name, and the file when its load fails.
@@ -194,10 +199,7 @@ class Checkpoint {
     requires requires(T& t, torch::serialize::InputArchive& archive) { t.load(archive); }
   void load_object(const std::string& name, T& object) const {
     const auto p = object_path(name);
-    if (!has_object(name))
-      throw Error("checkpoint " + path_.string() + " has no object \"" + name + "\" (it holds: " +
-                  names_in(files::user_objects, ".pt") + "); save it with ctx.checkpoint(...).with_object(\"" +
-                  name + "\", object)");
+    require_object(name);
     try {
       torch::serialize::InputArchive archive;
       archive.load_from(p.string());
@@ -251,6 +253,8 @@ class Checkpoint {
 
   // The names in the checkpoint's directory `dir` (without `suffix`), for error messages.
   std::string names_in(const char* dir, const std::string& suffix) const;
+  // Error naming the objects there is when there is none called `name`.
+  void require_object(const std::string& name) const;
 
   void refuse_in_worker(const char* call) const;
 

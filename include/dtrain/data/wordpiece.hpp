@@ -197,6 +197,10 @@ class WordPieceTokenizer : public detail::encodings<WordPieceTokenizer> {
   std::int64_t size() const { return model().vocab_size; }
   /// Truncation's max_length (0: none).
   std::int64_t max_length() const { return model().max_length.value_or(0); }
+  /// This tokenizer truncating to `n` tokens, [CLS] and [SEP] counted (0: no truncation), as
+  /// tokenizers' enable_truncation(max_length=n) (disable_truncation()) sets its tokenizer.json;
+  /// a model's tokenizer.json often says 128 or 512.
+  WordPieceTokenizer with_max_length(std::int64_t n) const;
   /// The tokenizer.json this tokenizer is (what save() writes; tokenizers reads it back).
   const nlohmann::json& json() const { return model().source; }
 

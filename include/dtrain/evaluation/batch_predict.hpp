@@ -110,6 +110,9 @@ struct SampleCount {
   data::Batch get_batch(const torch::Tensor& indices) const { return {indices, indices}; }
 };
 
+/// A failure message of the Trainer that runs the job, in the job's words.
+std::string as_job_message(std::string message);
+
 /// The job: `samples` samples, `score(predictor, first, count)` their probabilities on a worker.
 template <class Model, class... Policies, class MakePredictor, class Score>
 BatchPredictions run_job(const std::filesystem::path& checkpoint, std::int64_t samples, MakePredictor make_predictor,
@@ -118,32 +121,37 @@ BatchPredictions run_job(const std::filesystem::path& checkpoint, std::int64_t s
   if (!launch::detect_worker()) claim_output(config, checkpoint, samples);  // the driver, once
   using Job = Trainer<Model, SampleCount, Policies...>;
   Job job(scaling, std::move(run));
-  std::vector<std::string> names;
-  auto result = job.fit([&](typename Job::context& ctx) {
-    auto predictor = make_predictor();
-    std::filesystem::create_directories(config.output / "parts");  // under a launcher no driver made it
-    const std::int64_t parts = (samples + config.part_size - 1) / config.part_size;
-    const int world = ctx.world_size();
-    const std::int64_t rounds = (parts + world - 1) / world;
-    std::int64_t scored = 0;
-    for (std::int64_t r = 0; r < rounds; ++r) {
-      const std::int64_t p = r * world + ctx.world_rank();
-      std::int64_t here = 0;
-      if (p < parts && !std::filesystem::exists(config.output / part_name(p, config))) {
-        const auto first = p * config.part_size, count = std::min(config.part_size, samples - first);
-        std::vector<torch::Tensor> probs;
-        for (std::int64_t b = first; b < first + count; b += config.batch)
-          probs.push_back(score(predictor, b, std::min(config.batch, first + count - b)));
-        publish(config.output / part_name(p, config), rows(torch::cat(probs), first, predictor.class_names(), config));
-        here = count;
+  Result result;
+  try {
+    result = job.fit([&](typename Job::context& ctx) {
+      auto predictor = make_predictor();
+      std::filesystem::create_directories(config.output / "parts");  // under a launcher no driver made it
+      const std::int64_t parts = (samples + config.part_size - 1) / config.part_size;
+      const int world = ctx.world_size();
+      const std::int64_t rounds = (parts + world - 1) / world;
+      std::int64_t scored = 0;
+      for (std::int64_t r = 0; r < rounds; ++r) {
+        const std::int64_t p = r * world + ctx.world_rank();
+        std::int64_t here = 0;
+        if (p < parts && !std::filesystem::exists(config.output / part_name(p, config))) {
+          const auto first = p * config.part_size, count = std::min(config.part_size, samples - first);
+          std::vector<torch::Tensor> probs;
+          for (std::int64_t b = first; b < first + count; b += config.batch)
+            probs.push_back(score(predictor, b, std::min(config.batch, first + count - b)));
+          publish(config.output / part_name(p, config), rows(torch::cat(probs), first, predictor.class_names(), config));
+          here = count;
+        }
+        scored += static_cast<std::int64_t>(ctx.all_reduce(static_cast<double>(here), reduce::sum));
+        ctx.report({{"parts", std::min(parts, (r + 1) * world)}, {"of_parts", parts}, {"samples_scored", scored}});
       }
-      scored += static_cast<std::int64_t>(ctx.all_reduce(static_cast<double>(here), reduce::sum));
-      ctx.report({{"parts", std::min(parts, (r + 1) * world)}, {"of_parts", parts}, {"samples_scored", scored}});
-    }
-    if (ctx.world_rank() != 0) return;
-    if (predictor.class_names().empty() && samples > 0) (void)score(predictor, 0, 1);  // the class count
-    join_parts(config, samples, predictor.class_names());
-  });
+      if (ctx.world_rank() != 0) return;
+      if (predictor.class_names().empty() && samples > 0) (void)score(predictor, 0, 1);  // the class count
+      join_parts(config, samples, predictor.class_names());
+    });
+  } catch (const WorkerError& e) {  // the Trainer's words are of training
+    throw WorkerError(as_job_message(e.what()));
+  }
+  if (result.error) result.error->message = as_job_message(result.error->message);
   BatchPredictions out;
   out.file = config.output / ("predictions" + config.extension());
   out.manifest = config.output / "manifest.json";
@@ -172,7 +180,11 @@ BatchPredictions batch_predict(const std::filesystem::path& checkpoint, const Da
     } else if (const auto ck = checkpointer::Checkpoint::open(checkpoint, nullptr, /*verify_files=*/false);
                ck && ck->has_object(config.labels)) {
       data::LabelEncoder labels;
-      ck->load_object(config.labels, labels);
+      try {
+        ck->load_object(config.labels, labels);
+      } catch (const std::exception& e) {  // fails alike on every restart: not restarted
+        throw ConfigError(std::string("batch_predict: the class names (BatchPredictConfig::labels): ") + e.what());
+      }
       p.set_class_names(labels.classes());
     }
     return p;

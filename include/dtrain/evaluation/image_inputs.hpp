@@ -1,14 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// evaluation::ImageInputs: raw image files into a Predictor restored from a checkpoint, through the
-// data::ImageTransforms and the class names the training saved with it:
+// evaluation::ImageInputs: raw image files into a Predictor or batch_predict restored from a
+// checkpoint, through the image preprocessing and the class names the training saved with it,
+// whichever preprocessing that was (data::ImageTransforms, or a fine-tuned ViT's
+// data::ViTImageProcessor):
 //
 //   ctx.checkpoint(model, opt).with_object("transforms", eval).with_object("labels", labels)
 //   auto predictor = Predictor<Net>::from_checkpoint(dir, dtrain::evaluation::ImageInputs{});
 //   auto p = predictor.predict({"cat.png", "dog.jpg"});  // p[i].label, p[i].probabilities
-//
-// A ViT fine-tuned from a Hugging Face directory saves its data::ViTImageProcessor instead, and names
-// it: Predictor<ViT>::from_checkpoint<dtrain::data::ViTImageProcessor>(dir, ImageInputs{}).
 //
 // OpenCV decodes the files: like data/image.hpp, link the CMake target dtrain::images.
 
@@ -18,7 +17,10 @@
 #include <dtrain/checkpointer/checkpoint.hpp>
 #include <dtrain/data/image_transforms.hpp>
 #include <dtrain/data/preprocess.hpp>
+#include <dtrain/data/vit_image_processor.hpp>
+#include <dtrain/error.hpp>
 #include <dtrain/evaluation/predictor.hpp>
+#include <dtrain/evaluation/raw_inputs.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
@@ -28,17 +30,29 @@ namespace evaluation {
 /// as `transforms` and a data::LabelEncoder of the class names saved as `labels`
 /// (`data::LabelEncoder::fit(folder.classes())`: an ImageFolder's classes are sorted, as the
 /// encoder's are, so class k keeps its name). A file becomes one row of the model's float
-/// [N, C, H, W] input, given to its forward(Tensor). The preprocessing is a data::ImageTransforms
-/// unless the Predictor names the type it was saved as:
-///   Predictor<ViT>::from_checkpoint<dtrain::data::ViTImageProcessor>(dir, ImageInputs{})
+/// [N, C, H, W] input, given to its forward(Tensor). restore(ck) reads which preprocessing was
+/// saved (data::ImageTransforms or data::ViTImageProcessor) from the object itself;
+/// restore<Transforms>(ck) loads a type of your own.
 struct ImageInputs {
   explicit ImageInputs() = default;
   std::string transforms = "transforms";
   std::string labels = "labels";
 
+  /// The preprocessing the checkpoint holds, of the type it says it is, and the label encoder.
+  RawInputs restore(const checkpointer::Checkpoint& ck) const {
+    const auto kind = ck.object_kind(transforms);
+    if (kind == "ImageTransforms") return restore<data::ImageTransforms>(ck);
+    if (kind == "ViTImageProcessor") return restore<data::ViTImageProcessor>(ck);
+    throw ConfigError("checkpoint " + ck.path().string() + ": the object \"" + transforms + "\" is " +
+                      (kind.empty() ? std::string("not one of dtrain's image preprocessors") : "a " + kind) +
+                      ", which ImageInputs does not restore by itself (it knows ImageTransforms and "
+                      "ViTImageProcessor); name its type, Predictor<Model>::from_checkpoint<YourTransforms>(dir, "
+                      "ImageInputs{}), or set ImageInputs::transforms to the object that holds the preprocessing");
+  }
+
   /// `Transforms`: what the training saved as `transforms`, with load(archive) and
-  /// load(image paths) -> [N, C, H, W] (data::ImageTransforms, data::ViTImageProcessor).
-  template <class Transforms = data::ImageTransforms>
+  /// load(image paths) -> [N, C, H, W].
+  template <class Transforms>
   RawInputs restore(const checkpointer::Checkpoint& ck) const {
     Transforms t;
     data::LabelEncoder encoder;

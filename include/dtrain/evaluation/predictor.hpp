@@ -29,6 +29,8 @@
 #include <dtrain/data/preprocess.hpp>
 #include <dtrain/error.hpp>
 #include <dtrain/evaluation/classification.hpp>
+#include <dtrain/evaluation/raw_inputs.hpp>
+#include <dtrain/evaluation/text_inputs.hpp>
 #include <dtrain/sampler/sequential.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -42,18 +44,24 @@ struct Prediction {
   std::string label;
   /// The probability of every class (softmax of the model's scores), by class index.
   std::vector<double> probabilities;
+  /// The model's score of every class (the logits the probabilities are the softmax of).
+  std::vector<double> logits;
 };
 
 /// The predictions for a batch or a dataset, in the samples' order.
 class Predictions {
  public:
   Predictions() = default;
-  Predictions(torch::Tensor probabilities, std::vector<std::string> class_names)
-      : probabilities_(std::move(probabilities)), names_(std::move(class_names)) {}
+  /// `logits` [N, C]: the model's scores; the probabilities are their softmax.
+  Predictions(torch::Tensor logits, torch::Tensor probabilities, std::vector<std::string> class_names)
+      : logits_(std::move(logits)), probabilities_(std::move(probabilities)), names_(std::move(class_names)) {}
 
   std::int64_t size() const { return probabilities_.defined() ? probabilities_.size(0) : 0; }
   /// [N, C] float: row i is sample i's probability of each class.
   const torch::Tensor& probabilities() const { return probabilities_; }
+  /// [N, C] float: the model's scores before the softmax (what transformers calls logits), for
+  /// comparing with another implementation, calibrating or ensembling.
+  const torch::Tensor& logits() const { return logits_; }
   /// [N] int64: the most probable class of each sample.
   torch::Tensor classes() const { return probabilities_.argmax(1); }
   const std::vector<std::string>& class_names() const { return names_; }
@@ -61,53 +69,8 @@ class Predictions {
   Prediction operator[](std::int64_t i) const;
 
  private:
-  torch::Tensor probabilities_;
+  torch::Tensor logits_, probabilities_;
   std::vector<std::string> names_;
-};
-
-/// Raw inputs (texts, image files) made into a model's batch, and the class names, as a checkpoint's
-/// objects restore them (TextInputs::restore, ImageInputs::restore). One of the two is set:
-/// `tensor` for a model's forward(Tensor), `fields` for its forward(const data::Fields&).
-struct RawInputs {
-  std::function<torch::Tensor(const std::vector<std::string>&)> tensor;
-  std::function<data::Fields(const std::vector<std::string>&)> fields;
-  std::vector<std::string> class_names;
-};
-
-/// What restores RawInputs from a checkpoint (TextInputs, ImageInputs of evaluation/image_inputs.hpp).
-template <class T>
-concept InputsFromCheckpoint = requires(const T& t, const checkpointer::Checkpoint& ck) {
-  { t.restore(ck) } -> std::same_as<RawInputs>;
-};
-
-/// Which checkpoint objects turn raw text into a model's batch, for Predictor::from_checkpoint: a
-/// data::WordVocabulary and a data::LabelEncoder saved with `with_object(vocabulary, ...)` and
-/// `with_object(labels, ...)`. A text becomes the batch fields `ids` (padded) and `mask`, which the
-/// model's `forward(const data::Fields&)` receives; the encoder's classes name the predictions.
-struct TextInputs {
-  // Not an aggregate: a braced list of class names still means from_checkpoint's class names.
-  explicit TextInputs() = default;
-  std::string vocabulary = "vocab";
-  std::string labels = "labels";
-  std::string ids = "input_ids";
-  std::string mask = "attention_mask";
-
-  /// The tokenizer (of type `Tokenizer`, as it was saved) and the label encoder of `ck`.
-  template <class Tokenizer = data::WordVocabulary>
-  RawInputs restore(const checkpointer::Checkpoint& ck) const {
-    auto tokenizer = std::make_shared<Tokenizer>();
-    data::LabelEncoder encoder;
-    ck.load_object(vocabulary, *tokenizer);
-    ck.load_object(labels, encoder);
-    RawInputs in;
-    in.class_names = encoder.classes();
-    in.fields = [tokenizer, ids = ids, mask = mask](const std::vector<std::string>& texts) {
-      std::vector<data::Fields> samples;
-      for (const auto& t : texts) samples.push_back(data::Fields{{ids, tokenizer->transform(t)}});
-      return data::pad_to_longest(ids, data::detail::pad_id_of(*tokenizer), mask)(samples);
-    };
-    return in;
-  }
 };
 
 /// A model in evaluation mode that turns inputs into class probabilities. `Model` is a module
@@ -150,46 +113,47 @@ class Predictor {
   static Predictor from_checkpoint(const std::filesystem::path& checkpoint_dir, Model model, const Inputs& inputs,
                                    torch::Device device = torch::kCPU) {
     const auto ck = open(checkpoint_dir);
-    return with_inputs(from_checkpoint(ck, std::move(model), {}, device), inputs.restore(ck));
+    return with_inputs(from_checkpoint(ck, std::move(model), {}, device), ck, [&] { return inputs.restore(ck); });
   }
   /// The same, the model built from the checkpoint's model_config.json: a checkpoint alone serves.
   template <InputsFromCheckpoint Inputs>
   static Predictor from_checkpoint(const std::filesystem::path& checkpoint_dir, const Inputs& inputs,
                                    torch::Device device = torch::kCPU) {
     const auto ck = open(checkpoint_dir);
-    return with_inputs(from_checkpoint(ck, checkpointer::build_model<Model>(ck), {}, device), inputs.restore(ck));
+    return with_inputs(from_checkpoint(ck, checkpointer::build_model<Model>(ck), {}, device), ck,
+                       [&] { return inputs.restore(ck); });
   }
 
-  /// Raw inputs through preprocessing of type `Preprocessing`, as it was saved: a tokenizer for
-  /// TextInputs (data::WordVocabulary, data::WordPieceTokenizer or data::SentencePieceTokenizer:
-  /// `Predictor<Net>::from_checkpoint<data::SentencePieceTokenizer>(dir, TextInputs{})`), an image
-  /// preprocessing for ImageInputs (data::ImageTransforms, data::ViTImageProcessor); or with a
-  /// model: `(dir, Net{...}, TextInputs{})`.
+  /// Raw inputs through preprocessing of a type of your own, `Preprocessing` (TextInputs and
+  /// ImageInputs restore dtrain's tokenizers and image preprocessing by the type each object
+  /// records, unnamed): `Predictor<Net>::from_checkpoint<MyTokenizer>(dir, TextInputs{})`; or with
+  /// a model: `(dir, Net{...}, TextInputs{})`.
   template <class Preprocessing, InputsFromCheckpoint Inputs>
   static Predictor from_checkpoint(const std::filesystem::path& checkpoint_dir, Model model, const Inputs& inputs,
                                    torch::Device device = torch::kCPU) {
     const auto ck = open(checkpoint_dir);
-    return with_inputs(from_checkpoint(ck, std::move(model), {}, device),
-                       inputs.template restore<Preprocessing>(ck));
+    return with_inputs(from_checkpoint(ck, std::move(model), {}, device), ck,
+                       [&] { return inputs.template restore<Preprocessing>(ck); });
   }
   template <class Preprocessing, InputsFromCheckpoint Inputs>
   static Predictor from_checkpoint(const std::filesystem::path& checkpoint_dir, const Inputs& inputs,
                                    torch::Device device = torch::kCPU) {
     const auto ck = open(checkpoint_dir);
-    return with_inputs(from_checkpoint(ck, checkpointer::build_model<Model>(ck), {}, device),
-                       inputs.template restore<Preprocessing>(ck));
+    return with_inputs(from_checkpoint(ck, checkpointer::build_model<Model>(ck), {}, device), ck,
+                       [&] { return inputs.template restore<Preprocessing>(ck); });
   }
 
   /// The predictions for raw inputs (texts, or image files' paths) through the preprocessing
   /// restored by from_checkpoint(dir, [model,] TextInputs{} or ImageInputs{}).
   Predictions predict(const std::vector<std::string>& raw) {
-    if constexpr (requires(Model& m, const data::Fields& f) { m->forward(f); })
+    if constexpr (takes_fields)
       if (raw_.fields) return predict(raw_.fields(raw));
     if constexpr (requires(Model& m, const torch::Tensor& t) { m->forward(t); })
       if (raw_.tensor) return predict(raw_.tensor(raw));
     if (raw_.fields || raw_.tensor)
       throw ConfigError(std::string("Predictor::predict(raw inputs): the restored preprocessing makes ") +
-                        (raw_.fields ? "named fields, and the model has no forward(const dtrain::data::Fields&)"
+                        (raw_.fields ? "named fields, and the model has neither forward(const dtrain::data::Fields&) "
+                                       "nor forward(input_ids, attention_mask)"
                                      : "a tensor, and the model has no forward(const torch::Tensor&)"));
     throw ConfigError("Predictor::predict(raw inputs): this predictor has no preprocessing for raw inputs; load it "
                       "with Predictor::from_checkpoint(dir, dtrain::evaluation::TextInputs{}) for texts or "
@@ -224,21 +188,23 @@ class Predictor {
   }
 
   /// The predictions for a batch of inputs (one sample per row of the first dimension).
-  Predictions predict(const torch::Tensor& inputs) { return {probabilities(inputs), names_for(num_classes_)}; }
+  Predictions predict(const torch::Tensor& inputs) { return predictions(scores_of(inputs)); }
 
   /// The predictions for every sample of `data`, `batch` at a time, in order; `cm`, when given,
   /// is updated batch by batch with the predictions against the data's targets.
   template <data::RandomAccess Dataset>
   Predictions predict(const Dataset& data, std::int64_t batch, ConfusionMatrix* cm = nullptr) {
     if (batch < 1) throw ConfigError("Predictor::predict: batch must be at least 1, got " + std::to_string(batch));
-    std::vector<torch::Tensor> parts;
+    std::vector<torch::Tensor> logits, probs;
     const auto n = static_cast<std::int64_t>(data.size());
     for (std::int64_t begin = 0; begin < n; begin += batch) {
       const auto b = data.get_batch(torch::arange(begin, std::min(n, begin + batch), torch::kInt64));
-      parts.push_back(probabilities_of(b));
-      if (cm) cm->update(parts.back(), target_of(b));
+      logits.push_back(scores_of(b));
+      probs.push_back(softmax(logits.back()));
+      if (cm) cm->update(probs.back(), target_of(b));
     }
-    return {parts.empty() ? torch::empty({0, 0}) : torch::cat(parts), names_for(num_classes_)};
+    if (logits.empty()) return {torch::empty({0, 0}), torch::empty({0, 0}), names_for(num_classes_)};
+    return {torch::cat(logits), torch::cat(probs), names_for(num_classes_)};
   }
 
   /// Inside fit(): every rank predicts its contiguous block of `data` (sampler::sequential,
@@ -247,10 +213,11 @@ class Predictor {
   /// over the ranks: it equals the one-process matrix exactly. Call it on every rank.
   template <class Context, data::RandomAccess Dataset>
   Predictions predict(Context& ctx, const Dataset& data, std::int64_t global_batch, ConfusionMatrix* cm = nullptr) {
-    std::vector<torch::Tensor> parts;
+    std::vector<torch::Tensor> parts;  // each batch's [logits | probabilities]
     for (const auto& b : ctx.shard(data, global_batch, sampler::sequential{})) {
-      parts.push_back(probabilities_of(b));
-      if (cm) cm->update(parts.back(), target_of(b));
+      const auto logits = scores_of(b);
+      parts.push_back(torch::cat({logits, softmax(logits)}, 1));
+      if (cm) cm->update(parts.back().narrow(1, logits.size(1), logits.size(1)), target_of(b));
     }
     // Ranks agree on the class count even when one of them had no sample.
     const auto classes = static_cast<std::int64_t>(
@@ -258,7 +225,7 @@ class Predictor {
     const auto n = static_cast<std::int64_t>(data.size());
     const int world = ctx.world_size();
     const auto rows = sampler::sequential::samples_per_rank(n, world, 0);  // the largest block
-    auto padded = torch::zeros({rows, classes}, torch::kFloat32);
+    auto padded = torch::zeros({rows, 2 * classes}, torch::kFloat32);
     if (!parts.empty()) {
       auto mine = torch::cat(parts);
       padded.narrow(0, 0, mine.size(0)).copy_(mine);
@@ -269,7 +236,8 @@ class Predictor {
     for (int r = 0; r < world; ++r) gathered[r] = gathered[r].narrow(0, 0, sampler::sequential::samples_per_rank(n, world, r));
     if (cm) ctx.all_reduce(*cm);
     num_classes_ = classes;
-    return {torch::cat(gathered), names_for(classes)};
+    const auto all = torch::cat(gathered);
+    return {all.narrow(1, 0, classes).contiguous(), all.narrow(1, classes, classes).contiguous(), names_for(classes)};
   }
 
   /// A batch of named fields (data::Fields) goes to the model whole, `model->forward(fields)`;
@@ -279,9 +247,9 @@ class Predictor {
     return *this;
   }
   /// The predictions for a batch of named fields: `model->forward(fields)` gives the scores.
-  Predictions predict(const data::Fields& fields) { return {probabilities_of(fields), names_for(num_classes_)}; }
+  Predictions predict(const data::Fields& fields) { return predictions(scores_of(fields)); }
   /// The predictions for a dataset's batch of inputs and targets: `model->forward(batch.data)`.
-  Predictions predict(const data::Batch& batch) { return {probabilities_of(batch), names_for(num_classes_)}; }
+  Predictions predict(const data::Batch& batch) { return predictions(scores_of(batch)); }
 
   /// The class names the predictions carry ("0", "1", ... when none were given, once the class
   /// count is known from a prediction).
@@ -322,26 +290,54 @@ class Predictor {
                         "checkpointer::directory<>");
     return *std::move(ck);
   }
-  static Predictor with_inputs(Predictor p, RawInputs raw) {
-    p.names_ = raw.class_names;
-    p.raw_ = std::move(raw);
+  // The preprocessing `restore()` makes, on `p`; what fails (a missing object, one of another
+  // type) fails the same way every time: a ConfigError, which a batch job does not restart.
+  template <class Restore>
+  static Predictor with_inputs(Predictor p, const checkpointer::Checkpoint& ck, Restore restore) {
+    try {
+      p.raw_ = restore();
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw ConfigError("Predictor: checkpoint " + ck.path().string() +
+                        ": the preprocessing for raw inputs cannot be restored: " + e.what());
+    }
+    p.names_ = p.raw_.class_names;
     return p;
   }
 
-  torch::Tensor probabilities_of(const data::Batch& b) { return probabilities(b.data); }
-  torch::Tensor probabilities_of(const data::Fields& b) {
-    if constexpr (requires(Model& m, const data::Fields& f) { m->forward(f); }) {
-      torch::NoGradGuard no_grad;
-      return to_probabilities(model_->forward(b.to(device_)));
-    } else {
-      static_assert(requires(Model& m, const data::Fields& f) { m->forward(f); },
-                    "dtrain::evaluation::Predictor<Model>: a batch of named fields (data::Fields: a pipeline's "
-                    "batches, or texts through TextInputs) goes to the model whole, as model->forward(fields), "
-                    "and Model has no forward(const dtrain::data::Fields&). Add one that picks the inputs, e.g. "
-                    "torch::Tensor forward(const dtrain::data::Fields& b) { return forward(b[\"input_ids\"], "
-                    "b[\"attention_mask\"]); }");
-      return {};
+  // A model that takes a batch of named fields: forward(const data::Fields&), or transformers'
+  // forward(input_ids, attention_mask) (nn::BertForSequenceClassification), given those fields.
+  static constexpr bool fields_whole = requires(Model& m, const data::Fields& f) { m->forward(f); };
+  static constexpr bool takes_fields =
+      fields_whole || requires(Model& m, const torch::Tensor& t) { m->forward(t, t); };
+
+  torch::Tensor scores_of(const data::Batch& b) { return scores_of(b.data); }
+  torch::Tensor scores_of(const data::Fields& b) {
+    static_assert(takes_fields,
+                  "dtrain::evaluation::Predictor<Model>: a batch of named fields (data::Fields: a pipeline's "
+                  "batches, or texts through TextInputs) goes to the model as model->forward(fields), or as "
+                  "model->forward(b[\"input_ids\"], b[\"attention_mask\"]), and Model has neither "
+                  "forward(const dtrain::data::Fields&) nor forward(input_ids, attention_mask). Add one that "
+                  "picks the inputs, e.g. torch::Tensor forward(const dtrain::data::Fields& b) { return "
+                  "forward(b[\"input_ids\"], b[\"attention_mask\"]); }");
+    torch::NoGradGuard no_grad;
+    const auto on_device = b.to(device_);
+    if constexpr (fields_whole) {
+      return checked(model_->forward(on_device));
+    } else if constexpr (takes_fields) {
+      if (!on_device.contains("input_ids"))
+        throw ConfigError("Predictor: the model takes forward(input_ids, attention_mask) and the batch has no field "
+                          "\"input_ids\" (it has the fields the preprocessing made); name the ids field input_ids, "
+                          "as TextInputs does");
+      const auto mask = on_device.contains("attention_mask") ? on_device["attention_mask"] : torch::Tensor{};
+      return checked(model_->forward(on_device["input_ids"], mask));
     }
+    return {};
+  }
+  torch::Tensor scores_of(const torch::Tensor& inputs) {
+    torch::NoGradGuard no_grad;
+    return checked(model_->forward(inputs.to(device_)));
   }
   const torch::Tensor& target_of(const data::Batch& b) const { return b.target; }
   const torch::Tensor& target_of(const data::Fields& b) const { return b.at(label_field_); }
@@ -351,12 +347,8 @@ class Predictor {
     else return static_cast<torch::nn::Module&>(*model_);
   }
 
-  torch::Tensor probabilities(const torch::Tensor& inputs) {
-    torch::NoGradGuard no_grad;
-    return to_probabilities(model_->forward(inputs.to(device_)));
-  }
-
-  torch::Tensor to_probabilities(const torch::Tensor& scores) {
+  // The model's scores for a batch, float32 on the CPU: [batch, classes], one per class name.
+  torch::Tensor checked(const torch::Tensor& scores) {
     if (scores.dim() != 2)
       throw ConfigError("Predictor: the model gives scores of shape " + c10::str(scores.sizes()) +
                         " for a batch; a classifier gives [batch, classes]");
@@ -364,7 +356,12 @@ class Predictor {
       throw ConfigError("Predictor: the model gives " + std::to_string(scores.size(1)) + " scores per sample but " +
                         std::to_string(names_.size()) + " class names were given; give one name per class");
     num_classes_ = scores.size(1);
-    return torch::softmax(scores.to(torch::kFloat32), 1).to(torch::kCPU);
+    return scores.to(torch::kFloat32).to(torch::kCPU);
+  }
+  static torch::Tensor softmax(const torch::Tensor& logits) { return torch::softmax(logits, 1); }
+  Predictions predictions(torch::Tensor logits) {
+    auto probs = softmax(logits);
+    return {std::move(logits), std::move(probs), names_for(num_classes_)};
   }
 
   std::vector<std::string> names_for(std::optional<std::int64_t> classes) const {

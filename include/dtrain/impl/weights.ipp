@@ -59,10 +59,20 @@ DTRAIN_INLINE LoadReport load_state_dict(torch::nn::Module& module, std::vector<
   }
   for (const auto& [name, t] : by_name)
     if (!known.count(name)) report.unexpected.push_back(name);
+  const auto mismatch = [&] {
+    return "missing from the file " + list_names(report.missing) + "; unexpected in the file " +
+           list_names(report.unexpected) + ". ";
+  };
+  const std::size_t matching = targets.size() - report.missing.size();
+  if (matching == 0 && !targets.empty())  // a non-strict load would load nothing, silently
+    throw Error(source + ": no tensor of the file has a name of the module (0 of " + std::to_string(by_name.size()) +
+                " would load): " + mismatch() +
+                detail::prefix_hint(report.missing, report.unexpected, "Check that it is this model's file"));
   if (options.strict && !report.complete())
-    throw Error(source + " does not match the module (strict load): missing from the file " +
-                list_names(report.missing) + "; unexpected in the file " + list_names(report.unexpected) +
-                ". Load with {.strict = false} to take the names both have");
+    throw Error(source + " does not match the module (strict load): " + mismatch() +
+                detail::prefix_hint(report.missing, report.unexpected,
+                                    "Load with {.strict = false} to take the " + std::to_string(matching) +
+                                        " names both have"));
   torch::NoGradGuard no_grad;
   for (auto& [name, dst] : targets) {
     const auto it = by_name.find(name);
@@ -83,6 +93,37 @@ DTRAIN_INLINE LoadReport load_python_state_dict(torch::nn::Module& module, const
 }
 
 namespace detail {
+
+DTRAIN_INLINE std::string prefix_hint(const std::vector<std::string>& missing, const std::vector<std::string>& unexpected,
+                                      const std::string& otherwise) {
+  // The prefix that turns most unexpected keys into missing names (the module's names are longer:
+  // a bare model's file into a task model), or most missing names into unexpected keys (a task
+  // model's file into the bare model).
+  std::map<std::string, std::size_t> module_longer, file_longer;
+  const std::set<std::string> missing_set(missing.begin(), missing.end()), unexpected_set(unexpected.begin(), unexpected.end());
+  const auto count = [](const std::set<std::string>& longer, const std::vector<std::string>& shorter, auto& tally) {
+    for (const auto& name : longer)
+      for (auto dot = name.find('.'); dot != std::string::npos; dot = name.find('.', dot + 1))
+        if (std::binary_search(shorter.begin(), shorter.end(), name.substr(dot + 1))) ++tally[name.substr(0, dot + 1)];
+  };
+  std::vector<std::string> sorted_missing = missing, sorted_unexpected = unexpected;
+  std::sort(sorted_missing.begin(), sorted_missing.end());
+  std::sort(sorted_unexpected.begin(), sorted_unexpected.end());
+  count(missing_set, sorted_unexpected, module_longer);
+  count(unexpected_set, sorted_missing, file_longer);
+  const auto best = [](const std::map<std::string, std::size_t>& tally) {
+    return std::max_element(tally.begin(), tally.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  };
+  if (const auto f = best(file_longer); f != file_longer.end() && f->second * 2 >= unexpected.size())
+    return "The file's keys are the module's names under \"" + f->first + "\" (" + std::to_string(f->second) +
+           " of them): load with {.prefix = \"" + f->first + "\"} (or nn::load_pretrained, which knows the hub's "
+           "layouts)";
+  if (const auto m = best(module_longer); m != module_longer.end() && m->second * 2 >= unexpected.size())
+    return "The module's names are the file's keys under \"" + m->first + "\" (" + std::to_string(m->second) +
+           " of them): load the file into that submodule (model->" + m->first.substr(0, m->first.size() - 1) +
+           "), or use nn::load_pretrained, which knows the hub's layouts";
+  return otherwise;
+}
 
 DTRAIN_INLINE std::pair<WeightsFormat, std::filesystem::path> weights_format(const std::filesystem::path& path) {
   namespace fs = std::filesystem;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // A Predictor given a batch of named fields (data::Fields) for a model whose only forward takes a
 // tensor: issue 30 found a raw overload error inside predictor.hpp.
-// Expected: "Model has no forward(const dtrain::data::Fields&). Add one that picks the inputs".
+// Expected: "Model has neither forward(const dtrain::data::Fields&) nor forward(input_ids,
+// attention_mask). Add one that picks the inputs".
 
 #include <dtrain/dtrain.hpp>
 #include <dtrain/data.hpp>

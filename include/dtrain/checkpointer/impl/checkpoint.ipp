@@ -148,6 +148,27 @@ DTRAIN_INLINE bool Checkpoint::optimizer_saved_sharded(bool sharded) const {
   return saved_sharded;
 }
 
+DTRAIN_INLINE void Checkpoint::require_object(const std::string& name) const {
+  if (!has_object(name))
+    throw Error("checkpoint " + path_.string() + " has no object \"" + name + "\" (it holds: " +
+                names_in(files::user_objects, ".pt") + "); save it with ctx.checkpoint(...).with_object(\"" + name +
+                "\", object)");
+}
+
+DTRAIN_INLINE std::string Checkpoint::object_kind(const std::string& name) const {
+  require_object(name);
+  const auto p = object_path(name);
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(p.string());
+    c10::IValue kind;
+    if (!archive.try_read("kind", kind) || !kind.isString()) return "";
+    return kind.toStringRef();
+  } catch (const c10::Error& e) {
+    throw Error(p.string() + ": cannot read the object \"" + name + "\" (" + e.what_without_backtrace() + ")");
+  }
+}
+
 DTRAIN_INLINE std::string Checkpoint::names_in(const char* dir, const std::string& suffix) const {
   std::vector<std::string> names;
   std::error_code ec;

@@ -51,6 +51,22 @@ DTRAIN_INLINE WordPieceTokenizer WordPieceTokenizer::from_vocab(const std::files
   return from_json(std::move(j), vocab_txt.string());
 }
 
+DTRAIN_INLINE WordPieceTokenizer WordPieceTokenizer::with_max_length(std::int64_t n) const {
+  if (n < 0) throw DataError("WordPieceTokenizer::with_max_length: " + std::to_string(n) + " is negative; give 0 for no truncation");
+  if (n == 1)
+    throw DataError("WordPieceTokenizer::with_max_length: " + std::to_string(n) +
+                    " is shorter than [CLS] and [SEP] together; give 2 or more, or 0 for no truncation");
+  auto j = json();
+  if (n == 0) {
+    j["truncation"] = nullptr;
+  } else {
+    auto t = j["truncation"].is_object() ? j["truncation"] : nlohmann::json{{"direction", "Right"}, {"strategy", "LongestFirst"}, {"stride", 0}};
+    t["max_length"] = n;
+    j["truncation"] = std::move(t);
+  }
+  return from_json(std::move(j), "the tokenizer truncated to " + std::to_string(n));
+}
+
 DTRAIN_INLINE nlohmann::json WordPieceTokenizer::parse_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError("WordPieceTokenizer: cannot read " + path.string() + " (no such file, or unreadable)");

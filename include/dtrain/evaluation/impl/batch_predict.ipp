@@ -17,6 +17,13 @@ DTRAIN_INLINE void BatchPredictConfig::validate() const {
 
 namespace detail {
 
+DTRAIN_INLINE std::string as_job_message(std::string message) {
+  static const std::string training = "training failed", job = "batch prediction failed";
+  for (auto at = message.find(training); at != std::string::npos; at = message.find(training, at + job.size()))
+    message.replace(at, training.size(), job);
+  return message;
+}
+
 DTRAIN_INLINE std::string part_name(std::int64_t p, const BatchPredictConfig& c) {
   char buf[40];
   std::snprintf(buf, sizeof buf, "part_%06" PRId64, p);

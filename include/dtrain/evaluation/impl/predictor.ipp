@@ -15,6 +15,10 @@ DTRAIN_INLINE Prediction Predictions::operator[](std::int64_t i) const {
   p.probabilities.assign(row.data_ptr<double>(), row.data_ptr<double>() + row.numel());
   p.class_index = row.argmax().item<std::int64_t>();
   p.label = names_.at(static_cast<std::size_t>(p.class_index));
+  if (logits_.defined()) {
+    const auto scores = logits_[i].to(torch::kFloat64).contiguous();
+    p.logits.assign(scores.data_ptr<double>(), scores.data_ptr<double>() + scores.numel());
+  }
   return p;
 }
 }  // namespace evaluation

@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// evaluation::RawInputs: raw texts or image files made into a model's batch by the preprocessing a
+// checkpoint saved (TextInputs of evaluation/text_inputs.hpp, ImageInputs of
+// evaluation/image_inputs.hpp), and the concept that restores it.
+
+#include <concepts>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include <dtrain/checkpointer/checkpoint.hpp>
+#include <dtrain/config.hpp>
+#include <dtrain/data/fields.hpp>
+
+DTRAIN_NAMESPACE_BEGIN
+
+namespace evaluation {
+
+/// Raw inputs (texts, image files) made into a model's batch, and the class names, as a checkpoint's
+/// objects restore them (TextInputs::restore, ImageInputs::restore). One of the two is set:
+/// `tensor` for a model's forward(Tensor), `fields` for its forward(const data::Fields&) or its
+/// forward(input_ids, attention_mask).
+struct RawInputs {
+  std::function<torch::Tensor(const std::vector<std::string>&)> tensor;
+  std::function<data::Fields(const std::vector<std::string>&)> fields;
+  std::vector<std::string> class_names;
+};
+
+/// What restores RawInputs from a checkpoint (TextInputs, ImageInputs).
+template <class T>
+concept InputsFromCheckpoint = requires(const T& t, const checkpointer::Checkpoint& ck) {
+  { t.restore(ck) } -> std::same_as<RawInputs>;
+};
+
+}  // namespace evaluation
+
+DTRAIN_NAMESPACE_END
