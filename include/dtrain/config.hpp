@@ -55,6 +55,10 @@ struct CheckpointConfig {
   std::string score_attribute;
   /// Whether a higher (max, as Ray's default) or a lower (min) score is better.
   ScoreOrder score_order = ScoreOrder::max;
+  /// Also write optimizer_state.pt: a torch optimizer's state (SGD, Adam, AdamW, RMSprop, Adagrad
+  /// under ddp<>) as Python's optimizer.state_dict(), for torch.load in Python. A second copy of
+  /// the optimizer state beside optimizer.pt (for AdamW, twice the model's size), so off unless asked.
+  bool python_optimizer_state = false;
 
   void validate() const {
     if (num_to_keep < 0)

@@ -9,6 +9,7 @@
 //       [--sync 1]         checkpointer::directory<false>: every write done within report() (not with --amp or --fsdp)
 //       [--hold-snapshots 1]  the loop keeps a copy of every Snapshot, so that no checkpoint's copies
 //                          go into the buffers of an earlier one (SnapshotBuffers falls back to new memory)
+//       [--python-optimizer 1]  CheckpointConfig::python_optimizer_state: optimizer_state.pt too
 //       [--user-state 1]   a vocabulary file and a learning-rate schedule in every checkpoint
 //       [--amp 1]          amp<bf16> with a GradScaler whose scale grows every 3 steps
 //       [--schedule cosine|plateau]  schedule::WarmupCosine stepped every step, or
@@ -57,7 +58,7 @@ struct Args {
   int kill_rank = 1, kill_attempts = 1, min_workers = 0, regrow_after = 2;
   bool kill_settled = false;
   bool kill_always = false, user_state = false, amp = false, fresh = false, final_checkpoint = false, fsdp = false;
-  bool sync = false, hold_snapshots = false;
+  bool sync = false, hold_snapshots = false, python_optimizer = false;
   std::optional<std::uint64_t> seed, reproducible;
   std::int64_t batch = 32;
 };
@@ -93,6 +94,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--fresh") a.fresh = v == "1";
     else if (f == "--sync") a.sync = v == "1";
     else if (f == "--hold-snapshots") a.hold_snapshots = v == "1";
+    else if (f == "--python-optimizer") a.python_optimizer = v == "1";
     else if (f == "--final") a.final_checkpoint = v == "1";
     else if (f == "--hidden") a.hidden = std::stoi(v);
     else if (f == "--seed") a.seed = std::stoull(v);
@@ -176,7 +178,8 @@ int train(const Args& a) {
                         .rendezvous_timeout = std::chrono::seconds(20),
                         .collective_timeout = std::chrono::seconds(20)};
   run.checkpoint = {.num_to_keep = a.keep, .score_attribute = a.score,
-                    .score_order = a.order == "min" ? dtrain::ScoreOrder::min : dtrain::ScoreOrder::max};
+                    .score_order = a.order == "min" ? dtrain::ScoreOrder::min : dtrain::ScoreOrder::max,
+                    .python_optimizer_state = a.python_optimizer};
   run.failure.max_failures = a.max_failures;
   if (!a.resume_from.empty()) run.resume_from = a.resume_from;
   if (a.fresh) run.start = dtrain::Start::fresh;

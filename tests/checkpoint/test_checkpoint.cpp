@@ -92,7 +92,7 @@ const std::string python_load_state =
 
 // The uninterrupted reference run: 40 steps (over an epoch boundary), a checkpoint every 5.
 Run reference(const Sandbox& box) {
-  auto r = box.scenario("--name ref --steps 40 --every 5 --out ref.pt");
+  auto r = box.scenario("--name ref --steps 40 --every 5 --out ref.pt --python-optimizer 1");
   INFO(r.output);
   REQUIRE(r.status == 0);
   REQUIRE(field(r.output, "restarts") == "0");
@@ -222,6 +222,9 @@ TEST_CASE("retention keeps num_to_keep by score, plus the latest and the best") 
   REQUIRE(r.status == 0);
   const auto run = box.run("keep");
   CHECK(checkpoint_dirs(run) == std::set<std::string>{"checkpoint_000004", "checkpoint_000005", "checkpoint_000008"});
+  // The optimizer's state once by default (optimizer.pt); Python's copy only when asked for.
+  CHECK(fs::is_regular_file(run / "checkpoint_000008" / "optimizer.pt"));
+  CHECK_FALSE(fs::exists(run / "checkpoint_000008" / "optimizer_state.pt"));
   CHECK(field(r.output, "best") == (run / "checkpoint_000005").string());
   CHECK(field(r.output, "latest") == (run / "checkpoint_000008").string());
 

@@ -187,7 +187,7 @@ TEST_CASE("checkpoints of real workers are bitwise equal with reused buffers and
   fs::create_directories(dir);
   for (const std::string sync : {"0", "1"}) {
     INFO("--sync " << sync);
-    const std::string common = "--storage '" + dir.string() + "' --workers 2 --steps 40 --every 5 --seed 11 --sync " + sync;
+    const std::string common = "--storage '" + dir.string() + "' --workers 2 --steps 40 --every 5 --seed 11 --python-optimizer 1 --sync " + sync;
     run_scenario(common + " --name reused --out '" + (dir / "reused.pt").string() + "'");
     run_scenario(common + " --name held --hold-snapshots 1 --out '" + (dir / "held.pt").string() + "'");
     int compared = 0;

@@ -7,6 +7,7 @@
 
 #include "../dtrain_catch.hpp"
 #include "checkpoint_support.hpp"
+#include "support.hpp"
 #include "vit_test_support.hpp"
 
 #include <cstdlib>
@@ -28,6 +29,7 @@ namespace fs = std::filesystem;
 namespace data = dtrain::data;
 using vit_test::Dir;
 using vit_test::error_of;
+using dtrain_test::MessageContains;
 
 TEST_CASE("vit_image_processor_reads_preprocessor_config_json", "[nn]") {
   Dir dir("vit_processor");
@@ -124,12 +126,16 @@ TEST_CASE("vit_checkpoint_alone_serves_image_files_through_its_processor", "[nn]
     snapshot.with_object("transforms", processor).with_object("labels", labels);
   });
 
-  auto predictor = dtrain::evaluation::Predictor<dtrain::nn::ViTForImageClassification>::from_checkpoint<data::ViTImageProcessor>(
-      path, dtrain::evaluation::ImageInputs{});
+  // The checkpoint alone, no type named: ImageInputs reads which preprocessing was saved.
+  auto predictor =
+      dtrain::evaluation::Predictor<dtrain::nn::ViTForImageClassification>::from_checkpoint(path, dtrain::evaluation::ImageInputs{});
   const auto p = predictor.predict(files);
   model->eval();
   torch::NoGradGuard no_grad;
-  CHECK(torch::allclose(p.probabilities(), torch::softmax(model->forward(processor.load(files)), 1), 1e-6, 1e-7));
+  const auto logits = model->forward(processor.load(files));
+  CHECK(torch::equal(p.logits(), logits));
+  CHECK(torch::allclose(p.probabilities(), torch::softmax(logits, 1), 1e-6, 1e-7));
+  CHECK(p[0].logits.size() == folder.classes().size());
   CHECK(p.class_names() == folder.classes());
   CHECK(p[0].label == folder.classes()[static_cast<std::size_t>(p.classes()[0].item<std::int64_t>())]);
 
@@ -140,9 +146,19 @@ TEST_CASE("vit_checkpoint_alone_serves_image_files_through_its_processor", "[nn]
   ck->load_object("transforms", restored);
   CHECK(restored.to_json() == processor.to_json());
   CHECK(torch::equal(restored.load(files), processor.load(files)));
-  const auto wrong = error_of([&] {
-    dtrain::evaluation::Predictor<dtrain::nn::ViTForImageClassification>::from_checkpoint(path, dtrain::evaluation::ImageInputs{});
-  });
+  using ViTPredictor = dtrain::evaluation::Predictor<dtrain::nn::ViTForImageClassification>;
+  const auto wrong = error_of([&] { ViTPredictor::from_checkpoint<data::ImageTransforms>(path, dtrain::evaluation::ImageInputs{}); });
   INFO(wrong);
   CHECK_THAT(wrong, Catch::Contains("objects/transforms.pt") && Catch::Contains("holds a ViTImageProcessor, not a ImageTransforms"));
+  // An object ImageInputs does not know, and one that is not there: ConfigErrors naming it.
+  const auto other = dtrain_test::save_checkpoint(dir / "other", *model, [&](auto& snapshot) {
+    snapshot.model_config = dtrain::checkpointer::describe_model(model);
+    snapshot.with_object("transforms", labels).with_object("labels", labels);
+  });
+  CHECK_THROWS_MATCHES(ViTPredictor::from_checkpoint(other, dtrain::evaluation::ImageInputs{}), dtrain::ConfigError,
+                       MessageContains({"\"transforms\" is a LabelEncoder", "does not restore by itself"}));
+  dtrain::evaluation::ImageInputs elsewhere;
+  elsewhere.transforms = "processor";
+  CHECK_THROWS_MATCHES(ViTPredictor::from_checkpoint(path, elsewhere), dtrain::ConfigError,
+                       MessageContains({"no object \"processor\"", "\"labels\", \"transforms\""}));
 }

@@ -114,13 +114,13 @@ checkpointer::Snapshot Context<Policies>::checkpoint(const Module& model, Optimi
       auto python = checkpointer::detail::python_optimizer_state(optimizer, /*copy=*/false);
       if (python && checkpointer::detail::renew_state_tensors(optimizer, &core_.snapshot_buffers)) {
         s.optimizer_archive = std::move(archive);
-        s.python_optimizer = std::move(python);
+        if (core_.run.checkpoint.python_optimizer_state) s.python_optimizer = std::move(python);
       }
     }
     if (!s.optimizer_archive) s.optimizer = checkpointer::detail::optimizer_bytes(optimizer);
   }
   if constexpr (!strategy_ops::shards_optimizer && std::is_base_of_v<torch::optim::Optimizer, Optimizer>)
-    if (world_rank() == 0 && !s.optimizer_archive)
+    if (world_rank() == 0 && !s.optimizer_archive && core_.run.checkpoint.python_optimizer_state)
       s.python_optimizer = checkpointer::detail::python_optimizer_state(optimizer);
   // The Precision policy's state (amp's GradScaler); replicated, so rank 0's.
   if constexpr (requires(const precision_state& p, torch::serialize::OutputArchive& a) { p.save(a); })
