@@ -189,12 +189,11 @@ int main(int argc, char** argv) try {
     double loop_s = 0, first_step_unix = 0;
     if (auto ck = ctx.get_checkpoint()) {
       ctx.restore(*ck, model, adam);
-      const auto& extras = ck->extras();
-      samples_before = extras.count("global_samples")
-                           ? static_cast<std::int64_t>(extras.at("global_samples").number())
-                           : static_cast<std::int64_t>(extras.at("samples").number()) * ck->world_size();
-      loop_s = extras.at("loop_s").number();
-      if (const double t = extras.at("first_step_unix").number(); t >= process_start) first_step_unix = t;
+      // Typed reads: a value that is not a number is a damaged checkpoint, passed over for an older one.
+      samples_before = static_cast<std::int64_t>(
+          ck->extra("global_samples", ck->extra("samples", 0) * ck->world_size()));
+      loop_s = ck->extra("loop_s", 0);
+      if (const double t = ck->extra("first_step_unix", 0); t >= process_start) first_step_unix = t;
     }
     auto done = [&] { return opt.max_steps && ctx.steps() >= *opt.max_steps; };
     if (opt.max_steps) {

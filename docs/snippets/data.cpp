@@ -147,7 +147,7 @@ int wordpiece() {
                 }) |
                 data::collate(data::pad_to_longest("input_ids", tokenizer.pad_id()));  // adds "attention_mask"
   // Saved with a checkpoint, ctx.checkpoint(model, opt).with_object("vocab", tokenizer), and back:
-  //   Predictor<Net>::from_checkpoint<data::WordPieceTokenizer>(dir, Net{...}, TextInputs{})
+  //   Predictor<Net>::from_checkpoint(dir, Net{...}, TextInputs{})  // the checkpoint says it is WordPiece
   // [wordpiece]
   std::cout << "wordpiece: " << ids.size() << " ids, pair types " << pair.token_type_ids.size() << ", batch "
             << batch.size() << ", pad " << tokenizer.pad_id() << "\n";

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // docs/models.md's BERT block: a pretrained BERT-family encoder (the real all-MiniLM-L6-v2, whose
 // directory is the program's argument) fine-tuned with a new 3-label head on 2 workers, then its
-// checkpoint exported as a Hugging Face directory. The data: 96 rows of token ids whose label is
-// the token at position 1 (a stand-in for a tokenised corpus).
+// checkpoint exported as a Hugging Face directory and served from the checkpoint alone: raw texts
+// through a Predictor, and a list of texts through batch_predict on 2 workers. The data: 96 rows of
+// token ids whose label is the token at position 1 (a stand-in for a tokenised corpus).
 //   snippets_models MODEL_DIR
 
 #include "snippets.hpp"
@@ -28,6 +29,8 @@ int main(int argc, char** argv) try {
   const std::filesystem::path pretrained = argv[1];  // all-MiniLM-L6-v2's directory
   auto config = dtrain::nn::BertConfig::from_pretrained(pretrained);
   config.id2label = {"negative", "neutral", "positive"};  // the task's labels: a new classifier
+  const auto tokenizer = dtrain::data::WordPieceTokenizer::from_directory(pretrained).with_max_length(128);
+  const auto labels = dtrain::data::LabelEncoder::fit(config.id2label);  // saved for serving
   using Bert = dtrain::nn::BertForSequenceClassification;
   using Trainer = dtrain::Trainer<Bert, dtrain::data::TensorDataset, dtrain::checkpointer::directory<>>;
   Trainer trainer({.num_workers = 2}, {.storage_path = "runs", .name = "minilm", .start = dtrain::Start::fresh});
@@ -49,7 +52,8 @@ int main(int argc, char** argv) try {
         loss_sum += loss.item<double>();
         ++steps;
       }
-      ctx.report({{"epoch", epoch}, {"loss", ctx.all_reduce(loss_sum / steps)}}, ctx.checkpoint(model, opt));
+      ctx.report({{"epoch", epoch}, {"loss", ctx.all_reduce(loss_sum / steps)}},
+                 ctx.checkpoint(model, opt).with_object("vocab", tokenizer).with_object("labels", labels));
     }
   });
   // Back to Python: the checkpoint's model (rebuilt from its config) as a Hugging Face directory.
@@ -64,6 +68,21 @@ int main(int argc, char** argv) try {
             << result.metrics.at("loss").text() << ", exported "
             << dtrain::weights::read("minilm-tagger").size() << " tensors, labels "
             << dtrain::nn::BertConfig::from_pretrained("minilm-tagger").id2label.size() << "\n";
+  // [bert serve]
+  // The checkpoint alone serves raw texts: the model from its config, the tokenizer and the labels
+  // it saved (TextInputs reads which tokenizer that is from the checkpoint).
+  using Predictor = dtrain::evaluation::Predictor<dtrain::nn::BertForSequenceClassification>;
+  auto predictor = Predictor::from_checkpoint(checkpoint.path(), dtrain::evaluation::TextInputs{});
+  const auto p = predictor.predict({"a good film", "a bad one"});  // p[i].label, p[i].probabilities
+  const auto logits = p.logits();                                 // [2, 3]: the model's scores
+  // A list of texts scored on 2 workers: predictions/predictions.csv, one row a text, in order.
+  const std::vector<std::string> texts(40, "good, if a little long");
+  const auto job = dtrain::evaluation::batch_predict<dtrain::nn::BertForSequenceClassification>(
+      checkpoint.path(), texts, dtrain::evaluation::TextInputs{},
+      {.output = "predictions", .start = dtrain::Start::fresh}, {.num_workers = 2});
+  // [bert serve]
+  std::cout << "served: " << p[0].label.size() << "-letter label, logits " << logits.sizes() << ", batch "
+            << job.samples << " rows of " << job.class_names.size() << " classes\n";
   return 0;
 } catch (const std::exception& e) {
   std::cerr << "snippets_models: " << e.what() << "\n";

@@ -53,6 +53,13 @@ int main(int argc, char** argv) try {
   std::cout << "resnet: " << result.metrics_history.size() << " reports, loss " << result.metrics.at("loss").text()
             << ", " << dtrain::weights::read(model_pt).size() << " tensors in model.pt\n"
             << "model.pt: " << model_pt.string() << "\n";
+  // [resnet serve]
+  // The checkpoint alone: the ResNet rebuilt from its model_config.json (depth, classes) and loaded.
+  const auto best = result.latest_checkpoint()->path();
+  auto predictor = dtrain::evaluation::Predictor<dtrain::nn::ResNet>::from_checkpoint(best);
+  const auto p = predictor.predict(images.get_batch(torch::arange(4)).data);  // p.logits(): [4, 3]
+  // [resnet serve]
+  std::cout << "served: logits " << p.logits().sizes() << ", probabilities " << p.probabilities().sizes() << "\n";
   return 0;
 } catch (const std::exception& e) {
   std::cerr << "snippets_resnet: " << e.what() << "\n";

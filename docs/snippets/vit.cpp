@@ -8,6 +8,7 @@
 
 #include <dtrain/data/image_folder.hpp>  // needs OpenCV: link dtrain::images
 #include <dtrain/data/vit_image_processor.hpp>
+#include <dtrain/evaluation/image_inputs.hpp>  // ImageInputs: OpenCV too
 #include <dtrain/all.hpp>
 
 #include <iostream>
@@ -28,6 +29,7 @@ int main(int argc, char** argv) try {
 
   auto config = dtrain::nn::ViTConfig::from_pretrained(pretrained);
   config.id2label = folder.classes();  // the folder's classes: a new classifier
+  const auto labels_of = dtrain::data::LabelEncoder::fit(folder.classes());  // saved for serving
   using ViT = dtrain::nn::ViTForImageClassification;
   using Trainer = dtrain::Trainer<ViT, dtrain::data::TensorDataset, dtrain::checkpointer::directory<>>;
   Trainer trainer({.num_workers = 2}, {.storage_path = "runs", .name = "vit", .start = dtrain::Start::fresh});
@@ -48,7 +50,8 @@ int main(int argc, char** argv) try {
         loss_sum += loss.item<double>();
         ++steps;
       }
-      ctx.report({{"epoch", epoch}, {"loss", ctx.all_reduce(loss_sum / steps)}}, ctx.checkpoint(model, opt));
+      ctx.report({{"epoch", epoch}, {"loss", ctx.all_reduce(loss_sum / steps)}},
+                 ctx.checkpoint(model, opt).with_object("transforms", processor).with_object("labels", labels_of));
     }
   });
   // Back to Python: the checkpoint's model as a Hugging Face directory, with its image processor.
@@ -60,6 +63,20 @@ int main(int argc, char** argv) try {
   std::cout << "vit: " << result.metrics_history.size() << " reports, loss " << result.metrics.at("loss").text()
             << ", exported " << dtrain::weights::read("vit-fashion").size() << " tensors, labels "
             << dtrain::nn::ViTConfig::from_pretrained("vit-fashion").id2label.size() << "\n";
+  // [vit serve]
+  // The checkpoint alone serves image files: the model from its config, the ViTImageProcessor and
+  // the class names it saved (ImageInputs reads which preprocessing that is from the checkpoint).
+  using Predictor = dtrain::evaluation::Predictor<dtrain::nn::ViTForImageClassification>;
+  auto predictor = Predictor::from_checkpoint(checkpoint.path(), dtrain::evaluation::ImageInputs{});
+  const auto p = predictor.predict({files[0], files[1]});  // p[i].label, p[i].probabilities, p.logits()
+  // Every file of the folder scored on 2 workers: predictions/predictions.csv, in the files' order.
+  const auto job = dtrain::evaluation::batch_predict<dtrain::nn::ViTForImageClassification>(
+      checkpoint.path(), files, dtrain::evaluation::ImageInputs{},
+      {.output = "predictions", .start = dtrain::Start::fresh}, {.num_workers = 2});
+  // [vit serve]
+  std::cout << "served: " << (p[0].label == folder.classes()[0] ? "first class" : "another class") << ", logits "
+            << p.logits().sizes() << ", batch " << job.samples << " files of " << job.class_names.size()
+            << " classes\n";
   return 0;
 } catch (const std::exception& e) {
   std::cerr << "snippets_vit: " << e.what() << "\n";

@@ -298,7 +298,7 @@ class Context {
   /// counters are restored already; restore the rest with ctx.restore(*ck, model, optimizer).
   std::optional<checkpointer::Checkpoint> get_checkpoint() const {
     auto c = checkpoints_.resumed();
-    if (c) c->mark_for_worker();
+    if (c) c->mark_for_worker([this, dir = c->path()](const std::string& why) { core_.mark_unloadable(dir, why); });
     return c;
   }
 

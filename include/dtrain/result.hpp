@@ -41,6 +41,9 @@ class MetricsHistory {
   std::size_t size() const { return rows_.size(); }
   bool empty() const { return rows_.empty(); }
   const Metrics& operator[](std::size_t i) const { return rows_.at(i); }
+  /// The rows in report order: `for (const auto& row : result.metrics_history)`.
+  auto begin() const { return rows_.begin(); }
+  auto end() const { return rows_.end(); }
   void push_back(Metrics m) { rows_.push_back(std::move(m)); }
 
   /// Column names, sorted, the union over all rows.

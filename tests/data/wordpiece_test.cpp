@@ -154,4 +154,22 @@ TEST_CASE("WordPieceTokenizer from vocab.txt goes through a checkpoint into a Pr
   samples[1].set("input_ids", tok.transform("un world !"));
   const auto direct = torch::softmax(net->forward(d::data::pad_to_longest("input_ids", tok.pad_id())(samples)), 1);
   CHECK(torch::allclose(out.probabilities(), direct));
+  // No type named: TextInputs reads from the checkpoint that it holds a WordPieceTokenizer (before,
+  // it restored a WordVocabulary and failed with "holds a WordPieceTokenizer, not a WordVocabulary").
+  auto unnamed = d::evaluation::Predictor<std::shared_ptr<NetImpl>>::from_checkpoint(
+      path, std::make_shared<NetImpl>(), d::evaluation::TextInputs{});
+  CHECK(torch::equal(unnamed.predict(std::vector<std::string>{"hello", "un world !"}).probabilities(),
+                     out.probabilities()));
+}
+
+TEST_CASE("WordPieceTokenizer::with_max_length sets the truncation as tokenizers' enable_truncation", "[data][wordpiece]") {
+  const auto tok = Tokenizer::from_json(small_json());
+  const auto four = tok.with_max_length(4);
+  CHECK(four.max_length() == 4);
+  CHECK(four.encode("hello world hello world") == Ids{2, 5, 7, 3});  // [CLS] hello world [SEP]
+  CHECK(four.json()["truncation"]["max_length"] == 4);
+  CHECK(tok.with_max_length(0).max_length() == 0);
+  CHECK(tok.with_max_length(0).encode("hello world hello world").size() == 6);
+  CHECK_THROWS_MATCHES(tok.with_max_length(-1), d::DataError, MessageContains({"-1", "0 for no truncation"}));
+  CHECK_THROWS_MATCHES(tok.with_max_length(1), d::DataError, MessageContains({"[CLS] and [SEP]", "2 or more"}));
 }

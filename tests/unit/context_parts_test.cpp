@@ -344,6 +344,9 @@ TEST_CASE("MetricsHistory::truncate_jsonl keeps the rows up to a resumed iterati
   const auto after = d::MetricsHistory::read_jsonl(path);
   REQUIRE(after.size() == 3);
   for (std::size_t i = 0; i < 3; ++i) CHECK(after[i] == before[i]);
+  std::int64_t iterations = 0;
+  for (const auto& row : after) iterations += static_cast<std::int64_t>(row.at("iteration").number());
+  CHECK(iterations == 1 + 2 + 3);  // a range-for over the rows, in report order
   d::MetricsHistory::truncate_jsonl(path, "iteration", 0);  // a fresh start
   CHECK_FALSE(std::filesystem::exists(path));
 }

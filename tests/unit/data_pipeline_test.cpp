@@ -596,6 +596,12 @@ TEST_CASE("Preprocessors round-trip through a checkpoint and the Predictor takes
   CHECK((out[1].label == "admin" || out[1].label == "net"));
   CHECK_THROWS_MATCHES(P(TextNet(4, 2)).predict(std::vector<std::string>{"x"}), d::ConfigError,
                        MessageContains({"no preprocessing for raw inputs", "TextInputs", "ImageInputs"}));
+  // An object that is not a tokenizer TextInputs knows: a ConfigError naming it and the way out.
+  d::evaluation::TextInputs scaler_as_vocab;
+  scaler_as_vocab.vocabulary = "scaler";
+  CHECK_THROWS_MATCHES(P::from_checkpoint(path, TextNet(vocab.size(), 2), scaler_as_vocab), d::ConfigError,
+                       MessageContains({"\"scaler\" is a StandardScaler", "does not restore by itself",
+                                        "from_checkpoint<YourTokenizer>"}));
 
   // A corrupted preprocessor file fails the manifest's checksum.
   const auto object = path / "objects" / "vocab.pt";
@@ -610,6 +616,54 @@ TEST_CASE("Preprocessors round-trip through a checkpoint and the Predictor takes
   CHECK(why.find("vocab.pt") != std::string::npos);
   CHECK_THROWS_MATCHES(P::from_checkpoint(path, TextNet(vocab.size(), 2), d::evaluation::TextInputs{}), d::ConfigError,
                        MessageContains({"not a usable checkpoint", "vocab.pt"}));
+}
+
+TEST_CASE("A checkpoint's extras are read typed, naming the file and the key", "[data][checkpoint]") {
+  TempDir dir;
+  TextNet model(10, 2);
+  const auto path = dtrain_test::save_checkpoint(dir / "run", *model, [&](auto& s) {
+    s.extras = {{"samples", 640}, {"loop_s", 12.5}, {"first_step_unix", ""}};
+  });
+  auto ck = d::checkpointer::Checkpoint::open(path);
+  REQUIRE(ck);
+  CHECK(ck->extra("samples") == 640);
+  CHECK(ck->extra("loop_s", 0) == 12.5);
+  CHECK(ck->extra("global_samples", 7) == 7);  // saved before the program wrote it: the fallback
+  CHECK_THROWS_MATCHES(ck->extra("global_samples"), d::Error,
+                       MessageContains({"state.json", "no extra \"global_samples\"", "\"loop_s\"",
+                                        "ck.extra(\"global_samples\", value)"}));
+  // Text where a number was saved: a damaged checkpoint; in a train loop (ctx.get_checkpoint())
+  // the group is told, and restarts from an older one.
+  std::string reported;
+  ck->mark_for_worker([&](const std::string& why) { reported = why; });
+  CHECK_THROWS_MATCHES(ck->extra("first_step_unix", 0), d::Error,
+                       MessageContains({"state.json", "\"first_step_unix\" is \"\"", "not a number", "damaged",
+                                        "restarts from an older checkpoint"}));
+  CHECK_THAT(reported, Catch::Contains("first_step_unix") && Catch::Contains("state.json"));
+}
+
+TEST_CASE("A .pt file changed with its manifest entry rewritten fails its zip records' own CRC-32s", "[data][checkpoint]") {
+  TempDir dir;
+  torch::manual_seed(3);
+  TextNet model(4000, 2);  // 128 KB of embedding: the file's middle is tensor data
+  const auto path = dtrain_test::save_checkpoint(dir / "run", *model);
+  REQUIRE(d::checkpointer::Checkpoint::open(path));
+  const auto file = path / "model.pt";
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(fs::file_size(file) / 2));
+    const char c = static_cast<char>(f.peek());
+    f.seekp(static_cast<std::streamoff>(fs::file_size(file) / 2));
+    f.put(static_cast<char>(c ^ 0x10));
+  }
+  // The manifest made to agree, as a tool that "repairs" checksums would.
+  auto manifest = nlohmann::json::parse(std::ifstream(path / "manifest.json"));
+  for (auto& entry : manifest["files"])
+    if (entry["name"] == "model.pt") entry["crc32"] = d::checkpointer::detail::crc32_of_file(file).first;
+  std::ofstream(path / "manifest.json") << manifest.dump();
+  std::string why;
+  CHECK_FALSE(d::checkpointer::Checkpoint::open(path, &why));
+  CHECK_THAT(why, Catch::Contains("model.pt") && Catch::Contains("fails its own CRC-32 check"));
 }
 
 // ------------------------------------------------------------------------------------------------

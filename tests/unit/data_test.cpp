@@ -313,6 +313,20 @@ TEST_CASE("A gzip stream cut short is a DataError naming the path", "[data][erro
                          MessageContains({images.string(), "truncated or corrupt gzip stream"}));
 }
 
+TEST_CASE("Bytes after the end of the gzip stream are a DataError naming the path", "[data][error]") {
+  // zlib's gzread ignored them: a file with garbage appended loaded as if whole.
+  TempDir dir;
+  const auto images = dir / "images.gz", labels = dir / "labels.gz";
+  write_gz(labels, labels_idx({1, 2, 3}));
+  write_gz(images, images_idx(3));
+  Bytes gz = read_plain(images);
+  const std::string garbage = "trailing garbage";
+  gz.insert(gz.end(), garbage.begin(), garbage.end());
+  write_plain(images, gz);
+  REQUIRE_THROWS_MATCHES(dtrain::data::FashionMnist::read(images, labels), dtrain::DataError,
+                         MessageContains({images.string(), "16 bytes follow the end of its gzip stream"}));
+}
+
 TEST_CASE("A corrupt gzip stream is a DataError naming the path", "[data][error]") {
   TempDir dir;
   const auto images = dir / "images.gz", labels = dir / "labels.gz";

@@ -100,6 +100,25 @@ TEST_CASE("vit_image_processor_matches_transformers", "[nn][python]") {
   }
 }
 
+// The largest differences allowed, in grey levels (measured: docs/models.md, "ViT").
+const std::string kPilLevels = "2", kAutoLevels = "2";
+
+TEST_CASE("vit_image_processor_against_what_transformers_5_users_get", "[nn][python]") {
+  // Portrait, RGBA, grey, palette and CMYK files, a strip and a large one, against transformers'
+  // PIL backend (ViTImageProcessorPil, the venv's Pillow) and against AutoImageProcessor's default
+  // (torchvision's resize), in grey levels; docs/models.md records the figures.
+  Dir dir("vit_kinds");
+  vit_test::make_reference(dir.path);
+  std::vector<std::string> files;
+  for (const auto* name : {"portrait.png", "portrait_rgba.png", "grey.png", "palette.png", "cmyk.jpg", "strip.png",
+                           "large.png", "rgb.png", "rgba.png", "small.png"})
+    files.push_back((dir / "images" / name).string());
+  const auto processor = data::ViTImageProcessor::from_pretrained(dir / "cls");
+  const auto out = dir / "kinds_pixels.safetensors";
+  dtrain::weights::save_safetensors(out, {{"pixel_values", processor.load(files)}}, {{"files", nlohmann::json(files).dump()}});
+  vit_test::check_in_python("compare " + (dir / "cls").string() + " " + out.string() + " " + kPilLevels + " " + kAutoLevels);
+}
+
 TEST_CASE("vit_checkpoint_alone_serves_image_files_through_its_processor", "[nn]") {
   Dir dir("vit_predictor");
   const std::string cmd = "/usr/bin/python3 " DTRAIN_MAKE_IMAGE_FOLDER " " + (dir / "folder").string() + " --per-class 1 > /dev/null";

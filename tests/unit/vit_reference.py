@@ -11,12 +11,20 @@ scripts/python-env (torch, transformers, safetensors, Pillow). No downloads: the
                                          [3, 3, 32, 32] and, in fp32 eval mode, the classifier's logits
                                          and last_hidden_state, and the bare model's last_hidden_state;
                                          DIR/images: colour PNGs (RGB 50 x 37, RGBA 64 x 40, RGB 9 x 7)
+                                         and the kinds of file a user has: portrait RGB and RGBA,
+                                         grey (L), palette (P), a CMYK JPEG, a tall strip, a large one
     vit_reference.py check MODEL_DIR FILE
                                          loads MODEL_DIR with transformers'
                                          ViTForImageClassification.from_pretrained, runs it in fp32
                                          eval mode on FILE's pixel_values and compares its logits with
                                          FILE's; FILE's metadata "id2label" (JSON) is compared with the
                                          loaded config
+    vit_reference.py compare CONFIG_DIR FILE PIL_LEVELS AUTO_LEVELS
+                                         the pixel_values of FILE (as process) against the PIL backend
+                                         and against what AutoImageProcessor.from_pretrained(CONFIG_DIR)
+                                         gives a transformers 5 user (its default, torchvision, backend),
+                                         in grey levels (the normalised difference times std * 255):
+                                         each image's largest, checked against PIL_LEVELS and AUTO_LEVELS
     vit_reference.py process CONFIG_DIR FILE
                                          runs transformers' ViTImageProcessor (the PIL backend) of
                                          CONFIG_DIR on each image file FILE's metadata "files" names
@@ -111,6 +119,22 @@ def make(d):
         noise = torch.randint(-40, 41, base_img.shape, generator=g)
         pixels = (base_img + noise).clamp(0, 255).to(torch.uint8).numpy()
         Image.fromarray(pixels, mode).save(os.path.join(images, name))
+    # The kinds of file a user has (issue 49): taller than wide, grey, palette, CMYK, a strip, a large one.
+    for name, mode, (w, h) in (("portrait.png", "RGB", (37, 50)), ("portrait_rgba.png", "RGBA", (30, 44)),
+                               ("grey.png", "L", (41, 30)), ("palette.png", "P", (45, 33)), ("cmyk.jpg", "CMYK", (48, 36)),
+                               ("strip.png", "RGB", (20, 90)), ("large.png", "RGB", (333, 250))):
+        ys, xs = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+        planes = torch.stack([(xs * 255 // max(w - 1, 1)), (ys * 255 // max(h - 1, 1)), ((xs + ys) * 7) % 256,
+                              torch.full_like(xs, 120)]).permute(1, 2, 0)
+        noise = torch.randint(-40, 41, planes.shape, generator=g)
+        pixels = (planes + noise).clamp(0, 255).to(torch.uint8).numpy()
+        if mode == "L":
+            image = Image.fromarray(pixels[:, :, 0], "L")
+        elif mode == "P":
+            image = Image.fromarray(pixels[:, :, :3], "RGB").quantize(colors=64)
+        else:
+            image = Image.fromarray(pixels[:, :, :len(mode)], mode)
+        image.save(os.path.join(images, name), **({"quality": 95} if name.endswith(".jpg") else {}))
     print(f"made {d}: cls, base, shrink, reference.safetensors, images")
     return 0
 
@@ -155,11 +179,44 @@ def process(config_dir, path):
     return c.exit()
 
 
+def compare(config_dir, path, pil_levels, auto_levels):
+    from PIL import Image
+    from transformers import AutoImageProcessor
+
+    c = Checks()
+    pil = processor_class().from_pretrained(config_dir)
+    auto = AutoImageProcessor.from_pretrained(config_dir)
+    std = torch.tensor(pil.image_std).view(3, 1, 1)
+    with safe_open(path, "pt") as f:
+        files = json.loads(f.metadata()["files"])
+        ours = f.get_tensor("pixel_values")
+    print(f"AutoImageProcessor gives {type(auto).__name__}; the PIL backend is {type(pil).__name__}")
+    worst = {"pil": 0.0, "auto": 0.0}
+    for i, name in enumerate(files):
+        with Image.open(name) as im:
+            mode, size = im.mode, im.size
+            rgb = im.convert("RGB")
+        levels = {}
+        for backend, processor in (("pil", pil), ("auto", auto)):
+            theirs = processor(rgb, return_tensors="pt")["pixel_values"][0]
+            levels[backend] = round(((ours[i] - theirs).abs() * std * 255).max().item(), 3)
+            worst[backend] = max(worst[backend], levels[backend])
+        print(f"{os.path.basename(name)} ({mode} {size[0]}x{size[1]}): PIL backend {levels['pil']} levels, "
+              f"AutoImageProcessor {levels['auto']} levels")
+    c.result(f"PIL backend: largest {worst['pil']} grey levels, at most {pil_levels}", worst["pil"] <= pil_levels,
+             worst["pil"])
+    c.result(f"AutoImageProcessor: largest {worst['auto']} grey levels, at most {auto_levels}",
+             worst["auto"] <= auto_levels, worst["auto"])
+    return c.exit()
+
+
 def main(argv):
     if len(argv) == 3 and argv[1] == "make":
         return make(argv[2])
     if len(argv) == 4 and argv[1] == "check":
         return check(argv[2], argv[3])
+    if len(argv) == 6 and argv[1] == "compare":
+        return compare(argv[2], argv[3], float(argv[4]), float(argv[5]))
     if len(argv) == 4 and argv[1] == "process":
         return process(argv[2], argv[3])
     print(__doc__, file=sys.stderr)

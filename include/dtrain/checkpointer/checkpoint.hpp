@@ -27,9 +27,11 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -88,6 +90,14 @@ class Checkpoint {
   const Metrics& metrics() const { return metrics_; }
   /// The extras passed to ctx.checkpoint(model, optimizer, extras).
   const Metrics& extras() const { return extras_; }
+  /// The extra `key` as a number. Error naming state.json and the key when the checkpoint has no
+  /// such extra (give a fallback) or its value is not a number: a damaged checkpoint, which a
+  /// group resuming from it (ctx.get_checkpoint()) passes over for an older one, as it does a
+  /// checkpoint whose files do not load.
+  double extra(std::string_view key) const;
+  /// The extra `key` as a number, or `fallback` when the checkpoint has none (one written before
+  /// the program saved that key); a value that is not a number is still a damaged checkpoint.
+  double extra(std::string_view key, double fallback) const;
   /// The report() call that saved it (1 for the first report).
   std::int64_t iteration() const { return iteration_; }
   std::int64_t epoch() const { return epoch_; }
@@ -228,8 +238,12 @@ class Checkpoint {
 
   /// Marks a checkpoint handed to a train loop (ctx.get_checkpoint()): its own load calls then
   /// refuse, naming ctx.restore, which also restores the rank's generator and loads through the
-  /// Strategy.
-  void mark_for_worker() { in_worker_ = true; }
+  /// Strategy; `damaged(why)` records the checkpoint as one to pass over when extra() finds a
+  /// value that cannot be read.
+  void mark_for_worker(std::function<void(const std::string&)> damaged = {}) {
+    in_worker_ = true;
+    damaged_ = std::move(damaged);
+  }
 
  private:
   // Rank `rank`'s file, every field checked (open() checked it when the run chose this
@@ -263,6 +277,7 @@ class Checkpoint {
   std::int64_t iteration_ = 0, epoch_ = 0, steps_ = 0;
   int world_size_ = 1;
   bool in_worker_ = false;
+  std::function<void(const std::string&)> damaged_;  // in a worker: marks the checkpoint to pass over
 };
 
 }  // namespace checkpointer

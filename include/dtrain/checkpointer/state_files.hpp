@@ -110,8 +110,14 @@ struct Manifest {
 /// unfinished write.
 Manifest read_manifest(const std::filesystem::path& dir);
 
-/// Throws DamagedFile unless every file `manifest` lists is in `dir` with its size and CRC-32.
+/// Throws DamagedFile unless every file `manifest` lists is in `dir` with its size and CRC-32, and
+/// every record of each .pt file (a zip: torch::save, torch.save) matches its own CRC-32, which
+/// LibTorch's reader does not check (a file changed and its manifest entry rewritten loads wrong).
 void verify_files(const std::filesystem::path& dir, const Manifest& manifest);
+
+/// Throws DamagedFile (naming `name`) unless the zip archive at `p` is whole: its central
+/// directory readable and each stored record's data equal to its CRC-32.
+void verify_zip_records(const std::filesystem::path& p, const std::string& name);
 
 /// state.json: the counters, the reported metrics and the user's extras.
 struct StateFile {

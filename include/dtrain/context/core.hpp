@@ -70,6 +70,8 @@ struct ContextCore {
   /// configuration is at fault (ConfigError), the checkpoint is marked in the store so that the
   /// restarted group passes over it like a damaged one and resumes from an older checkpoint.
   void naming_file(const checkpointer::Checkpoint& ck, const std::string& file, const std::function<void()>& load);
+  /// Marks checkpoint `dir` in the store as one the restarted group passes over, `why`.
+  void mark_unloadable(const std::filesystem::path& dir, const std::string& why) const;
 
   /// ctx.record_evaluation() on rank 0.
   void record_evaluation(const std::string& name, const evaluation::ConfusionMatrix& cm,

@@ -184,6 +184,30 @@ DTRAIN_INLINE std::string Checkpoint::names_in(const char* dir, const std::strin
   return out;
 }
 
+DTRAIN_INLINE double Checkpoint::extra(std::string_view key, double fallback) const {
+  const auto it = extras_.find(key);
+  if (it == extras_.end()) return fallback;
+  const auto& v = it->second;
+  if (v.is_number()) return v.number();
+  std::string why = (path_ / files::state).string() + ": the extra \"" + std::string(key) + "\" is \"" + v.text() +
+                    "\", not a number; the checkpoint is damaged (its writer saved ctx.checkpoint(model, optimizer, "
+                    "{{\"" + std::string(key) + "\", number}}))";
+  if (damaged_) damaged_(why);
+  throw Error(why + (damaged_ ? ". The group restarts from an older checkpoint if there is one" : ""));
+}
+
+DTRAIN_INLINE double Checkpoint::extra(std::string_view key) const {
+  if (extras_.find(key) == extras_.end()) {
+    std::string held;
+    for (const auto& [k, v] : extras_) held += (held.empty() ? "\"" : ", \"") + k + "\"";
+    throw Error((path_ / files::state).string() + ": the checkpoint has no extra \"" + std::string(key) +
+                "\" (it has: " + (held.empty() ? std::string("none") : held) +
+                "); it was saved without it, by an earlier version of the program? Read it with a fallback: "
+                "ck.extra(\"" + std::string(key) + "\", value)");
+  }
+  return extra(key, 0.0);
+}
+
 DTRAIN_INLINE void Checkpoint::refuse_in_worker(const char* call) const {
   if (in_worker_)
     throw ConfigError(std::string("checkpoint ") + path_.string() + ": " + call +

@@ -2,6 +2,9 @@
 #pragma once
 // The bodies of state_files.hpp's functions (docs/packaging.md: header-only or compiled once).
 
+#include <algorithm>
+#include <fstream>
+
 #include <dtrain/checkpointer/state_files.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -130,6 +133,80 @@ DTRAIN_INLINE void verify_files(const std::filesystem::path& dir, const Manifest
       throw DamagedFile(f.name + " has " + std::to_string(size) + " bytes, the manifest says " +
                                 std::to_string(f.size) + " (truncated?)");
     if (crc32_of_file(p).first != f.crc32) throw DamagedFile(f.name + " fails its CRC-32 check (corrupted)");
+    if (p.extension() == ".pt") verify_zip_records(p, f.name);
+  }
+}
+
+DTRAIN_INLINE void verify_zip_records(const std::filesystem::path& p, const std::string& name) {
+  std::ifstream in(p, std::ios::binary);
+  const auto bad = [&](const std::string& why) { return DamagedFile(name + " is not a whole zip archive: " + why); };
+  if (!in) throw bad("it cannot be read");
+  in.seekg(0, std::ios::end);
+  const auto size = static_cast<std::uint64_t>(in.tellg());
+  const auto read_at = [&](std::uint64_t at, std::size_t n) {
+    if (at > size || n > size - at) throw bad("a record points past its end");
+    std::string b(n, '\0');
+    in.seekg(static_cast<std::streamoff>(at));
+    in.read(b.data(), static_cast<std::streamsize>(n));
+    if (!in) throw bad("it cannot be read at byte " + std::to_string(at));
+    return b;
+  };
+  const auto u = [](const std::string& b, std::size_t at, int bytes) {
+    std::uint64_t v = 0;
+    for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(b[at + static_cast<std::size_t>(i)]);
+    return v;
+  };
+  // The end of central directory record: within the last 64 KiB (its comment) + 22 bytes.
+  const std::size_t tail_n = static_cast<std::size_t>(std::min<std::uint64_t>(size, 65536 + 22));
+  const auto tail = read_at(size - tail_n, tail_n);
+  const auto eocd = tail.rfind(std::string("PK\x05\x06", 4));
+  if (eocd == std::string::npos || eocd + 22 > tail.size()) throw bad("no end of central directory");
+  std::uint64_t entries = u(tail, eocd + 10, 2), cd_size = u(tail, eocd + 12, 4), cd_offset = u(tail, eocd + 16, 4);
+  if (entries == 0xFFFF || cd_size == 0xFFFFFFFF || cd_offset == 0xFFFFFFFF) {  // zip64
+    if (eocd < 20 || tail.compare(eocd - 20, 4, std::string("PK\x06\x07", 4)) != 0) throw bad("no zip64 locator");
+    const auto record = read_at(u(tail, eocd - 20 + 8, 8), 56);
+    if (record.compare(0, 4, std::string("PK\x06\x06", 4)) != 0) throw bad("no zip64 end of central directory");
+    entries = u(record, 32, 8), cd_size = u(record, 40, 8), cd_offset = u(record, 48, 8);
+  }
+  const auto cd = read_at(cd_offset, static_cast<std::size_t>(cd_size));
+  std::size_t at = 0;
+  std::vector<char> buf(1 << 20);
+  for (std::uint64_t e = 0; e < entries; ++e) {
+    if (at + 46 > cd.size() || cd.compare(at, 4, std::string("PK\x01\x02", 4)) != 0)
+      throw bad("central directory entry " + std::to_string(e) + " is malformed");
+    const auto method = u(cd, at + 10, 2), crc = u(cd, at + 16, 4);
+    std::uint64_t csize = u(cd, at + 20, 4), usize = u(cd, at + 24, 4), local = u(cd, at + 42, 4);
+    const auto nlen = u(cd, at + 28, 2), elen = u(cd, at + 30, 2), clen = u(cd, at + 32, 2);
+    const std::string record_name = cd.substr(at + 46, static_cast<std::size_t>(nlen));
+    // Zip64 sizes and offset, in that order, for the fields that overflowed.
+    for (std::size_t x = at + 46 + nlen; x + 4 <= at + 46 + nlen + elen && x + 4 <= cd.size();) {
+      const auto id = u(cd, x, 2), len = u(cd, x + 2, 2);
+      if (id == 1) {
+        std::size_t y = x + 4;
+        if (usize == 0xFFFFFFFF) usize = u(cd, y, 8), y += 8;
+        if (csize == 0xFFFFFFFF) csize = u(cd, y, 8), y += 8;
+        if (local == 0xFFFFFFFF) local = u(cd, y, 8);
+      }
+      x += 4 + len;
+    }
+    at += 46 + nlen + elen + clen;
+    if (method != 0) continue;  // compressed: its inflater checks it (torch writes records stored)
+    const auto header = read_at(local, 30);
+    if (header.compare(0, 4, std::string("PK\x03\x04", 4)) != 0) throw bad("the record " + record_name + " has no header");
+    std::uint64_t data = local + 30 + u(header, 26, 2) + u(header, 28, 2), left = csize;
+    if (data > size || left > size - data) throw bad("the record " + record_name + " runs past the end");
+    in.seekg(static_cast<std::streamoff>(data));
+    std::uint32_t c = 0;
+    while (left > 0) {
+      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(left, buf.size()));
+      in.read(buf.data(), static_cast<std::streamsize>(n));
+      if (!in) throw bad("the record " + record_name + " cannot be read");
+      c = crc32_of(buf.data(), n, c);
+      left -= n;
+    }
+    if (c != crc)
+      throw DamagedFile(name + ": its record " + record_name + " fails its own CRC-32 check (the file was changed "
+                        "after it was written, its manifest entry with it)");
   }
 }
 

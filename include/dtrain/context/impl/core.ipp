@@ -152,13 +152,17 @@ DTRAIN_INLINE void ContextCore::naming_file(const checkpointer::Checkpoint& ck, 
     if (!dynamic_cast<const Error*>(&e))
       why = (ck.path() / file).string() + ": cannot be loaded into this run (" + why + ") from checkpoint " +
             ck.path().filename().string() + "; was it written by another model, optimizer or version?";
-    try {
-      group.store().set(checkpointer::unloadable_key(ck.path()), launch::to_bytes(why));
-      group.store().set(group.key("checkpoint_unloadable"), launch::to_bytes(ck.path().string()));
-    } catch (const std::exception&) {  // the store went away: the error below still says it all
-    }
+    mark_unloadable(ck.path(), why);
     throw Error(why + ". The group restarts from an older checkpoint if there is one; to resume from a "
                 "particular one set RunConfig::resume_from, or start afresh (" + start_advice(Start::fresh) + ")");
+  }
+}
+
+DTRAIN_INLINE void ContextCore::mark_unloadable(const std::filesystem::path& dir, const std::string& why) const {
+  try {
+    group.store().set(checkpointer::unloadable_key(dir), launch::to_bytes(why));
+    group.store().set(group.key("checkpoint_unloadable"), launch::to_bytes(dir.string()));
+  } catch (const std::exception&) {  // the store went away: the error itself still says it all
   }
 }
 

@@ -2,6 +2,10 @@
 #pragma once
 // The bodies of idx.hpp's functions (docs/packaging.md: header-only or compiled once).
 
+#include <algorithm>
+#include <fstream>
+#include <iterator>
+
 #include <dtrain/data/idx.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -16,36 +20,48 @@ DTRAIN_INLINE std::vector<std::uint8_t> read_gzip(const std::filesystem::path& p
   if (!std::filesystem::is_regular_file(path, ec))
     throw DataError(path.string() + ": file not found; install Debian's dataset-fashion-mnist "
                     "(apt-get install dataset-fashion-mnist) or pass the directory that holds it");
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) throw DataError(path.string() + ": cannot open for reading");
-  gzbuffer(file, 1 << 20);
-  std::vector<std::uint8_t> out;
-  // The uncompressed size is not in a gzip header we can trust; grow in large steps.
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError(path.string() + ": cannot open for reading");
+  const std::string packed((std::istreambuf_iterator<char>(in)), {});
+  // zlib's gz* readers pass a file that is not gzip through as it is, and ignore what follows the
+  // last stream: these files must be gzip and nothing else.
+  if (packed.size() < 2 || static_cast<unsigned char>(packed[0]) != 0x1f || static_cast<unsigned char>(packed[1]) != 0x8b)
+    throw DataError(path.string() + ": not gzip-compressed; expected a gzipped IDX file (*-ubyte.gz)");
+  z_stream z{};
+  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) throw DataError(path.string() + ": cannot start zlib's inflater");
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(packed.data()));
+  z.avail_in = static_cast<uInt>(packed.size());
+  std::vector<std::uint8_t> out(std::max<std::size_t>(packed.size() * 4, std::size_t{1} << 20));
   std::size_t used = 0;
-  out.resize(std::size_t{1} << 23);
   for (;;) {
     if (used == out.size()) out.resize(out.size() * 2);
-    const int n = gzread(file, out.data() + used, static_cast<unsigned>(out.size() - used));
-    if (n < 0) {
-      int code = 0;
-      const std::string why = gzerror(file, &code);
-      gzclose(file);
+    z.next_out = out.data() + used;
+    z.avail_out = static_cast<uInt>(std::min<std::size_t>(out.size() - used, 1u << 30));
+    const auto before = z.avail_out;
+    const int code = inflate(&z, Z_NO_FLUSH);
+    used += before - z.avail_out;
+    if (code == Z_STREAM_END) {
+      if (z.avail_in == 0) break;
+      if (z.avail_in >= 2 && z.next_in[0] == 0x1f && z.next_in[1] == 0x8b) {  // another gzip member
+        inflateReset(&z);
+        continue;
+      }
+      const auto extra = z.avail_in;
+      inflateEnd(&z);
+      throw DataError(path.string() + ": " + std::to_string(extra) + " bytes follow the end of its gzip stream; the "
+                      "file is damaged or not one gzip file (download it again)");
+    }
+    if (code == Z_BUF_ERROR && z.avail_in == 0) {
+      inflateEnd(&z);
+      throw DataError(path.string() + ": truncated or corrupt gzip stream (it ends before its data does; download it again)");
+    }
+    if (code != Z_OK && code != Z_BUF_ERROR) {
+      const std::string why = z.msg ? z.msg : "error " + std::to_string(code);
+      inflateEnd(&z);
       throw DataError(path.string() + ": corrupt gzip stream (" + why + ")");
     }
-    if (n == 0) break;
-    // zlib passes a file that is not gzip through as it is; these files must be gzip.
-    if (used == 0 && gzdirect(file)) {
-      gzclose(file);
-      throw DataError(path.string() + ": not gzip-compressed; expected a gzipped IDX file (*-ubyte.gz)");
-    }
-    used += static_cast<std::size_t>(n);
   }
-  // gzread reports a stream cut short as a plain end of file; gzerror tells them apart.
-  int code = 0;
-  const std::string why = gzerror(file, &code);
-  gzclose(file);
-  if (code != Z_OK && code != Z_STREAM_END)
-    throw DataError(path.string() + ": truncated or corrupt gzip stream (" + why + ")");
+  inflateEnd(&z);
   out.resize(used);
   return out;
 }
