@@ -31,7 +31,11 @@ DTRAIN_INLINE std::vector<std::uint8_t> read_gzip(const std::filesystem::path& p
   if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) throw DataError(path.string() + ": cannot start zlib's inflater");
   z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(packed.data()));
   z.avail_in = static_cast<uInt>(packed.size());
-  std::vector<std::uint8_t> out(std::max<std::size_t>(packed.size() * 4, std::size_t{1} << 20));
+  // The trailer's ISIZE (the size mod 2^32) sizes the buffer: one allocation for a whole file.
+  const auto trailer = packed.size() >= 18 ? packed.substr(packed.size() - 4) : std::string(4, '\0');
+  std::size_t expected = 0;
+  for (int i = 3; i >= 0; --i) expected = (expected << 8) | static_cast<unsigned char>(trailer[static_cast<std::size_t>(i)]);
+  std::vector<std::uint8_t> out(std::max<std::size_t>(expected + 1, std::size_t{1} << 16));
   std::size_t used = 0;
   for (;;) {
     if (used == out.size()) out.resize(out.size() * 2);
