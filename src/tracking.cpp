@@ -9,6 +9,7 @@
 #include <dtrain/evaluation/impl/batch_predict.ipp>
 #include <dtrain/evaluation/impl/classification.ipp>
 #include <dtrain/evaluation/impl/predictor.ipp>
+#include <dtrain/evaluation/impl/raw_inputs.ipp>
 #include <dtrain/evaluation/impl/text_inputs.ipp>
 #include <dtrain/tracker/impl/directory.ipp>
 #include <dtrain/tracker/impl/mlflow.ipp>

@@ -30,7 +30,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <set>
 #include <string>
 #include <string_view>
 #include <utility>

@@ -200,11 +200,12 @@ void text_reference(const std::filesystem::path& checkpoint) {
   const auto c = job("-", false);
   std::cout << dtrain::evaluation::detail::header(predictor.class_names(), c);
   // The logits are the model's own: a model built and loaded by hand, on the same padded batch.
-  auto bert = dtrain::checkpointer::build_model<Bert>(*dtrain::checkpointer::Checkpoint::open(checkpoint));
-  dtrain::checkpointer::Checkpoint::open(checkpoint)->load_model(bert);
+  const auto ck = dtrain::checkpointer::Checkpoint::open(checkpoint);
+  auto bert = dtrain::checkpointer::build_model<Bert>(*ck);
+  ck->load_model(bert);
   bert->eval();
   dtrain::data::WordPieceTokenizer tokenizer;
-  dtrain::checkpointer::Checkpoint::open(checkpoint)->load_object("vocab", tokenizer);
+  ck->load_object("vocab", tokenizer);
   bool logits_equal = true, softmax_equal = true;
   for (std::size_t first = 0; first < all.size(); first += 7) {
     const std::vector<std::string> chunk(all.begin() + first, all.begin() + std::min(all.size(), first + 7));

@@ -16,9 +16,7 @@
 
 #include <dtrain/checkpointer/checkpoint.hpp>
 #include <dtrain/data/image_transforms.hpp>
-#include <dtrain/data/preprocess.hpp>
 #include <dtrain/data/vit_image_processor.hpp>
-#include <dtrain/error.hpp>
 #include <dtrain/evaluation/predictor.hpp>
 #include <dtrain/evaluation/raw_inputs.hpp>
 
@@ -43,11 +41,9 @@ struct ImageInputs {
     const auto kind = ck.object_kind(transforms);
     if (kind == "ImageTransforms") return restore<data::ImageTransforms>(ck);
     if (kind == "ViTImageProcessor") return restore<data::ViTImageProcessor>(ck);
-    throw ConfigError("checkpoint " + ck.path().string() + ": the object \"" + transforms + "\" is " +
-                      (kind.empty() ? std::string("not one of dtrain's image preprocessors") : "a " + kind) +
-                      ", which ImageInputs does not restore by itself (it knows ImageTransforms and "
-                      "ViTImageProcessor); name its type, Predictor<Model>::from_checkpoint<YourTransforms>(dir, "
-                      "ImageInputs{}), or set ImageInputs::transforms to the object that holds the preprocessing");
+    detail::unknown_preprocessing(ck, transforms, kind,
+                                  {.inputs = "ImageInputs", .field = "transforms",
+                                   .known = "ImageTransforms and ViTImageProcessor", .your_type = "YourTransforms"});
   }
 
   /// `Transforms`: what the training saved as `transforms`, with load(archive) and
@@ -55,11 +51,9 @@ struct ImageInputs {
   template <class Transforms>
   RawInputs restore(const checkpointer::Checkpoint& ck) const {
     Transforms t;
-    data::LabelEncoder encoder;
     ck.load_object(transforms, t);
-    ck.load_object(labels, encoder);
     RawInputs in;
-    in.class_names = encoder.classes();
+    in.class_names = detail::saved_class_names(ck, labels);
     in.tensor = [t](const std::vector<std::string>& files) { return t.load(files); };
     return in;
   }

@@ -35,6 +35,30 @@ concept InputsFromCheckpoint = requires(const T& t, const checkpointer::Checkpoi
   { t.restore(ck) } -> std::same_as<RawInputs>;
 };
 
+namespace detail {
+
+/// The classes of the data::LabelEncoder `ck` saved as `labels`.
+std::vector<std::string> saved_class_names(const checkpointer::Checkpoint& ck, const std::string& labels);
+
+/// Which preprocessing kinds an inputs type restores by itself, for its error messages.
+struct KnownKinds {
+  const char* inputs;     // "TextInputs"
+  const char* field;      // its member that names the object: "vocabulary"
+  const char* known;      // "WordPieceTokenizer, SentencePieceTokenizer and WordVocabulary"
+  const char* your_type;  // the placeholder in from_checkpoint<...>: "YourTokenizer"
+};
+
+/// ConfigError: `ck`'s object `name` is of `kind` (a preprocessor's kind, or "" for none), which
+/// the inputs type `k` does not restore by itself.
+[[noreturn]] void unknown_preprocessing(const checkpointer::Checkpoint& ck, const std::string& name,
+                                        const std::string& kind, const KnownKinds& k);
+
+}  // namespace detail
+
 }  // namespace evaluation
 
 DTRAIN_NAMESPACE_END
+
+#ifndef DTRAIN_SEPARATE_COMPILATION
+#include <dtrain/evaluation/impl/raw_inputs.ipp>
+#endif

@@ -15,7 +15,6 @@
 #include <dtrain/config.hpp>
 #include <dtrain/data/collate.hpp>
 #include <dtrain/data/fields.hpp>
-#include <dtrain/data/preprocess.hpp>
 #include <dtrain/data/token_ids.hpp>
 #include <dtrain/evaluation/raw_inputs.hpp>
 
@@ -53,10 +52,8 @@ struct TextInputs {
  private:
   template <class Tokenizer>
   RawInputs with_tokenizer(const checkpointer::Checkpoint& ck, std::shared_ptr<Tokenizer> tokenizer) const {
-    data::LabelEncoder encoder;
-    ck.load_object(labels, encoder);
     RawInputs in;
-    in.class_names = encoder.classes();
+    in.class_names = detail::saved_class_names(ck, labels);
     in.fields = [tokenizer, ids = ids, mask = mask](const std::vector<std::string>& texts) {
       std::vector<data::Fields> samples;
       for (const auto& t : texts) samples.push_back(data::Fields{{ids, tokenizer->transform(t)}});

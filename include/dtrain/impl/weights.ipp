@@ -100,17 +100,17 @@ DTRAIN_INLINE std::string prefix_hint(const std::vector<std::string>& missing, c
   // a bare model's file into a task model), or most missing names into unexpected keys (a task
   // model's file into the bare model).
   std::map<std::string, std::size_t> module_longer, file_longer;
-  const std::set<std::string> missing_set(missing.begin(), missing.end()), unexpected_set(unexpected.begin(), unexpected.end());
-  const auto count = [](const std::set<std::string>& longer, const std::vector<std::string>& shorter, auto& tally) {
+  std::vector<std::string> sorted_missing = missing, sorted_unexpected = unexpected;
+  std::sort(sorted_missing.begin(), sorted_missing.end());
+  std::sort(sorted_unexpected.begin(), sorted_unexpected.end());
+  // Each name of `longer` whose tail after a dot is a name of `shorter` counts for its head.
+  const auto count = [](const std::vector<std::string>& longer, const std::vector<std::string>& shorter, auto& tally) {
     for (const auto& name : longer)
       for (auto dot = name.find('.'); dot != std::string::npos; dot = name.find('.', dot + 1))
         if (std::binary_search(shorter.begin(), shorter.end(), name.substr(dot + 1))) ++tally[name.substr(0, dot + 1)];
   };
-  std::vector<std::string> sorted_missing = missing, sorted_unexpected = unexpected;
-  std::sort(sorted_missing.begin(), sorted_missing.end());
-  std::sort(sorted_unexpected.begin(), sorted_unexpected.end());
-  count(missing_set, sorted_unexpected, module_longer);
-  count(unexpected_set, sorted_missing, file_longer);
+  count(missing, sorted_unexpected, module_longer);
+  count(unexpected, sorted_missing, file_longer);
   const auto best = [](const std::map<std::string, std::size_t>& tally) {
     return std::max_element(tally.begin(), tally.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
   };
