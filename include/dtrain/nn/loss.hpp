@@ -44,6 +44,13 @@ namespace nn {
 torch::Tensor cross_entropy_fp32(const torch::Tensor& logits, const torch::Tensor& target,
                                  std::int64_t ignore_index = -100);
 
+/// A causal LM's loss, as transformers computes it from `labels=`: the logits [batch, tokens,
+/// vocab] at position t predict labels [batch, tokens] at t + 1 (the shift is done here: pass the
+/// labels aligned with input_ids, usually input_ids themselves); labels equal to `ignore_index`
+/// (-100: a prompt's tokens, padding) count for nothing; the mean over the rest, in fp32
+/// (cross_entropy_fp32). NaN when no label counts, as transformers'.
+torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& labels, std::int64_t ignore_index = -100);
+
 }  // namespace nn
 
 DTRAIN_NAMESPACE_END
