@@ -99,34 +99,48 @@ DTRAIN_INLINE DecoderMask decoder_mask(const torch::Tensor& attention_mask, std:
   return mask;
 }
 
+namespace detail {
+/// softmax(q k^T * scale + mask) v with as many key/value heads as query heads: [batch, heads, new, width].
+DTRAIN_INLINE torch::Tensor attend_heads(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                         const DecoderMask& mask, double scale, double dropout) {
+#if DTRAIN_TORCH_AT_LEAST(2, 1)
+  const c10::optional<torch::Tensor> additive =
+      mask.additive.defined() ? c10::optional<torch::Tensor>(mask.additive.to(q.scalar_type())) : c10::nullopt;
+  auto out = at::scaled_dot_product_attention(q, k, v, additive, dropout, mask.causal, scale);
+#else
+  auto scores = at::matmul(q, k.transpose(-2, -1)) * scale;
+  if (mask.additive.defined()) scores = scores + mask.additive.to(scores.scalar_type());
+  if (mask.causal)
+    scores = scores.masked_fill(at::ones({q.size(2), k.size(2)}, q.options().dtype(torch::kBool)).triu(1),
+                                lowest_of(scores.scalar_type()));
+  auto weights = at::softmax(scores, -1, torch::kFloat).to(q.scalar_type());
+  if (dropout > 0) weights = at::dropout(weights, dropout, true);
+  auto out = at::matmul(weights, v);
+#endif
+  return mask.blind.defined() ? out.masked_fill(mask.blind, 0) : out;
+}
+}  // namespace detail
+
 DTRAIN_INLINE torch::Tensor decoder_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v, const DecoderMask& mask,
                                               double scale, double dropout, bool training) {
   const auto batch = q.size(0), heads = q.size(1), queries = q.size(2), width = q.size(3);
   const auto kv_heads = k.size(1), keys = k.size(2);
-  if (heads != kv_heads) {  // grouped-query attention: each key/value head serves heads / kv_heads queries' heads
+  const double p = training ? dropout : 0.0;
+  if (heads != kv_heads && queries == 1 && !mask.causal) {
+    // A decode step with grouped-query attention: a key/value head's query heads become its rows
+    // ([batch, kv_heads, heads / kv_heads, width]), so the cache is read in place rather than
+    // copied for each query head; the one-row mask [batch, 1, 1, keys] broadcasts as it is.
+    const auto out = detail::attend_heads(q.reshape({batch, kv_heads, heads / kv_heads, width}), k, v, mask, scale, p);
+    return out.reshape({batch, 1, heads * width});  // [batch, kv_heads, group, width] is the heads' order
+  }
+  if (heads != kv_heads) {  // grouped-query attention: each key/value head serves heads / kv_heads query heads
     const auto repeat = [&](const torch::Tensor& t) {
       return t.unsqueeze(2).expand({batch, kv_heads, heads / kv_heads, keys, width}).reshape({batch, heads, keys, width});
     };
     k = repeat(k);
     v = repeat(v);
   }
-  const double p = training ? dropout : 0.0;
-#if DTRAIN_TORCH_AT_LEAST(2, 1)
-  const c10::optional<torch::Tensor> additive =
-      mask.additive.defined() ? c10::optional<torch::Tensor>(mask.additive.to(q.scalar_type())) : c10::nullopt;
-  auto out = at::scaled_dot_product_attention(q, k, v, additive, p, mask.causal, scale);
-#else
-  auto scores = at::matmul(q, k.transpose(-2, -1)) * scale;
-  if (mask.additive.defined()) scores = scores + mask.additive.to(scores.scalar_type());
-  if (mask.causal)
-    scores = scores.masked_fill(at::ones({queries, keys}, q.options().dtype(torch::kBool)).triu(1),
-                                detail::lowest_of(scores.scalar_type()));
-  auto weights = at::softmax(scores, -1, torch::kFloat).to(q.scalar_type());
-  if (p > 0) weights = at::dropout(weights, p, true);
-  auto out = at::matmul(weights, v);
-#endif
-  if (mask.blind.defined()) out = out.masked_fill(mask.blind, 0);
-  return out.transpose(1, 2).reshape({batch, queries, heads * width});
+  return detail::attend_heads(q, k, v, mask, scale, p).transpose(1, 2).reshape({batch, queries, heads * width});
 }
 
 DTRAIN_INLINE torch::Tensor decoder_positions(const torch::Tensor& attention_mask, std::int64_t batch, std::int64_t new_tokens,
