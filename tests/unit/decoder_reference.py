@@ -17,7 +17,11 @@ from a seeded config.
         left-padded), labels (-100 on padding and on row 0's first 3 tokens), and in fp32 eval mode
         the logits, the labels= loss, and greedy generate(max_new_tokens=32) of left-padded prompts
         ("prompt_ids", "prompt_mask", "generated"). A bf16 or fp16 file's references are computed
-        from the rounded weights, in fp32. Default: every NAME.
+        from the rounded weights, in fp32. Default: every NAME but chat.
+          chat        a LlamaForCausalLM whose vocabulary is a byte-level BPE tokenizer trained here by
+                      tokenizers (DIR/chat/tokenizer.json, <|endoftext|> its EOS and pad), and
+                      DIR/chat.json: prompts and the text transformers generates greedily after each
+                      (left-padded, 12 new tokens, decoded with skip_special_tokens)
     decoder_reference.py check MODEL_DIR FILE
         loads MODEL_DIR with AutoModelForCausalLM.from_pretrained (no missing or unexpected key
         allowed), runs it in fp32 eval mode on FILE's input_ids and attention_mask and compares the
@@ -106,9 +110,45 @@ def inputs():
     return input_ids, mask, labels, prompt_ids, prompt_mask
 
 
+CORPUS = ["Hello world, hello there.", "The quick brown fox jumps over the lazy dog.", "A cat sat on the mat.",
+          "Numbers like 12 and 345 appear too.", "Caf\u00e9 cr\u00e8me br\u00fbl\u00e9e, na\u00efve r\u00e9sum\u00e9."] * 20
+
+
+def make_chat(root):
+    import json
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    tok.train_from_iterator(CORPUS, trainers.BpeTrainer(vocab_size=320, special_tokens=["<|endoftext|>"],
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                                        show_progress=False))
+    eos = tok.token_to_id("<|endoftext|>")
+    torch.manual_seed(11)
+    model = LlamaForCausalLM(LlamaConfig(**sizes(vocab_size=tok.get_vocab_size(), bos_token_id=None, eos_token_id=eos,
+                                                 pad_token_id=eos))).eval()
+    prompts = ["Hello world", "The quick brown fox", "Caf\u00e9"]
+    rows = [tok.encode(p).ids for p in prompts]
+    longest = max(map(len, rows))
+    ids = torch.tensor([[eos] * (longest - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (longest - len(r)) + [1] * len(r) for r in rows])
+    with torch.no_grad():
+        generated = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=12, do_sample=False)
+    texts = [tok.decode(g[longest:].tolist(), skip_special_tokens=True) for g in generated]
+    model.save_pretrained(f"{root}/chat")
+    tok.save(f"{root}/chat/tokenizer.json")
+    with open(f"{root}/chat.json", "w") as f:
+        json.dump({"prompts": prompts, "texts": texts}, f)
+    print(f"made {root}/chat: vocabulary {tok.get_vocab_size()}, texts {texts}")
+
+
 def make(root, names):
     input_ids, mask, labels, prompt_ids, prompt_mask = inputs()
     for name in names:
+        if name == "chat":
+            make_chat(root)
+            continue
         model, dtype = make_model(name)
         model.eval()
         if dtype != torch.float32:  # the file's rounding, in the fp32 model the references come from

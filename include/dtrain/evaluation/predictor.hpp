@@ -31,6 +31,7 @@
 #include <dtrain/evaluation/classification.hpp>
 #include <dtrain/evaluation/raw_inputs.hpp>
 #include <dtrain/evaluation/text_inputs.hpp>
+#include <dtrain/nn/generate.hpp>
 #include <dtrain/sampler/sequential.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -246,6 +247,29 @@ class Predictor {
     label_field_ = std::move(name);
     return *this;
   }
+  /// A causal LM's continuation of each prompt (nn::LlamaForCausalLM, nn::GPT2LMHeadModel): the
+  /// texts through the tokenizer TextInputs restored (left-padded), nn::generate with `options`,
+  /// the new tokens decoded (special tokens skipped). A prompt in, its generated text out:
+  ///   auto llm = Predictor<nn::LlamaForCausalLM>::from_checkpoint(dir, TextInputs{});
+  ///   auto text = llm.generate({"Once upon a time"}, {.max_new_tokens = 64})[0];
+  /// ConfigError when the predictor has no tokenizer that decodes (restore it with TextInputs{}
+  /// from a checkpoint that saved a data::BpeTokenizer).
+  std::vector<std::string> generate(const std::vector<std::string>& prompts, nn::GenerationOptions options = {}) {
+    static_assert(nn::CausalLM<dtrain::detail::module_of_t<Model>>,
+                  "dtrain::evaluation::Predictor<Model>::generate: Model must be a causal LM (nn::LlamaForCausalLM, "
+                  "nn::GPT2LMHeadModel: next_token_logits and config.eos_token_id); a classifier's predictions are predict()");
+    if (!raw_.prompts || !raw_.decode)
+      throw ConfigError("Predictor::generate: this predictor has no tokenizer that decodes; load it with "
+                        "Predictor::from_checkpoint(dir, dtrain::evaluation::TextInputs{}) from a checkpoint that saved a "
+                        "data::BpeTokenizer (ctx.checkpoint(model, opt).with_object(\"vocab\", tokenizer))");
+    if (prompts.empty()) return {};
+    const auto [ids, mask] = raw_.prompts(prompts);
+    const auto out = nn::generate(model_, ids.to(device_), mask.to(device_), std::move(options)).to(torch::kCPU);
+    std::vector<std::string> texts;
+    for (std::int64_t i = 0; i < out.size(0); ++i) texts.push_back(raw_.decode(out[i].narrow(0, ids.size(1), out.size(1) - ids.size(1))));
+    return texts;
+  }
+
   /// The predictions for a batch of named fields: `model->forward(fields)` gives the scores.
   Predictions predict(const data::Fields& fields) { return predictions(scores_of(fields)); }
   /// The predictions for a dataset's batch of inputs and targets: `model->forward(batch.data)`.

@@ -7,6 +7,7 @@
 #include <concepts>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/types.h>
@@ -27,6 +28,10 @@ struct RawInputs {
   std::function<torch::Tensor(const std::vector<std::string>&)> tensor;
   std::function<data::Fields(const std::vector<std::string>&)> fields;
   std::vector<std::string> class_names;
+  /// For a causal LM (Predictor::generate), set where the tokenizer decodes (data::BpeTokenizer):
+  /// prompts as ids and attention mask, left-padded ([texts, longest]), and ids back to text.
+  std::function<std::pair<torch::Tensor, torch::Tensor>(const std::vector<std::string>&)> prompts;
+  std::function<std::string(const torch::Tensor&)> decode;
 };
 
 /// What restores RawInputs from a checkpoint (TextInputs, ImageInputs).
