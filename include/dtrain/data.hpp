@@ -2,11 +2,12 @@
 #pragma once
 // dtrain's data umbrella (docs/data.md): batches of named fields, CSV and JSON Lines sources read
 // by index, text files, pipelines on loader threads, preprocessors saved with checkpoints, splits,
-// and the tokenizers (WordPiece, SentencePiece, word vocabularies). The image headers need OpenCV
-// (the dtrain::images target) and are included by name: <dtrain/data/image.hpp>,
-// <dtrain/data/image_folder.hpp>, <dtrain/data/image_transforms.hpp>,
+// and the tokenizers (WordPiece, byte-level BPE, SentencePiece, word vocabularies). The image
+// headers need OpenCV (the dtrain::images target) and are included by name:
+// <dtrain/data/image.hpp>, <dtrain/data/image_folder.hpp>, <dtrain/data/image_transforms.hpp>,
 // <dtrain/data/vit_image_processor.hpp>.
 
+#include <dtrain/data/bpe_tokenizer.hpp>
 #include <dtrain/data/collate.hpp>
 #include <dtrain/data/csv.hpp>
 #include <dtrain/data/csv_table.hpp>
