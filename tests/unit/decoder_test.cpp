@@ -4,13 +4,16 @@
 // step equal to the whole forward, padding that changes nothing else, sampling that a seed
 // repeats; and, through the Python environment of scripts/python-env (tests/unit/decoder_reference.py
 // makes small Llama, Mistral, Qwen2 and GPT-2 models with seeded random weights: no downloads),
-// logits, labels= losses and greedy generation equal to transformers', and dtrain's exports loading
-// in transformers with equal logits.
+// logits, labels= losses and greedy generation equal to transformers', dtrain's exports loading
+// in transformers with equal logits, and a checkpoint with its BPE tokenizer serving prompts as
+// text through the Predictor, equal to what transformers and tokenizers generate and decode.
 
 #include "../dtrain_catch.hpp"
+#include "checkpoint_support.hpp"
 #include "vit_test_support.hpp"
 
 #include <chrono>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -18,6 +21,8 @@
 #include <torch/torch.h>
 
 #include <dtrain/checkpointer/model_config.hpp>
+#include <dtrain/data/bpe_tokenizer.hpp>
+#include <dtrain/evaluation/predictor.hpp>
 #include <dtrain/nn/generate.hpp>
 #include <dtrain/nn/gpt2.hpp>
 #include <dtrain/nn/llama.hpp>
@@ -339,4 +344,28 @@ TEST_CASE("llama_and_gpt2_exports_load_in_transformers", "[nn][python]") {
     std::cout << r.output;
     CHECK(r.status == 0);
   }
+}
+
+TEST_CASE("generate_serves_a_causal_lm_checkpoint_text_in_text_out", "[nn][python]") {
+  Dir dir("decoder_chat");
+  make_reference(dir.path, "chat");
+  const auto expected = nlohmann::json::parse(std::ifstream(dir / "chat.json"));
+  const auto tokenizer = dtrain::data::BpeTokenizer::from_file(dir / "chat" / "tokenizer.json");
+  nn::LlamaForCausalLM model(nn::LlamaConfig::from_pretrained(dir / "chat"));
+  REQUIRE(nn::load_pretrained(model, dir / "chat").complete());
+  // The checkpoint a train loop writes with ctx.checkpoint(model, opt).with_object("vocab", tokenizer).
+  const auto checkpoint = dtrain_test::save_checkpoint(dir / "run", *model, [&](auto& s) {
+    s.model_config = dtrain::checkpointer::describe_model(model);
+    s.with_object("vocab", tokenizer);
+  });
+  using Llm = dtrain::evaluation::Predictor<nn::LlamaForCausalLM>;
+  auto llm = Llm::from_checkpoint(checkpoint, dtrain::evaluation::TextInputs{});  // no labels: none needed
+  const auto prompts = expected["prompts"].get<std::vector<std::string>>();
+  const auto texts = llm.generate(prompts, {.max_new_tokens = 12});
+  INFO("dtrain: " << nlohmann::json(texts).dump() << "\ntransformers: " << expected["texts"].dump());
+  CHECK(texts == expected["texts"].get<std::vector<std::string>>());
+  CHECK(llm.generate({}).empty());
+  // A predictor without a decoding tokenizer says how to get one.
+  Llm bare(nn::LlamaForCausalLM(model->config));
+  CHECK_THAT(error_of([&] { bare.generate(prompts); }), Catch::Contains("no tokenizer that decodes"));
 }
