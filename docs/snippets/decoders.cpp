@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// docs/models.md's decoder block: a Llama-family model directory (config.json + safetensors) loads
-// by name, computes transformers' labels= loss, generates greedily and by sampling with a KV
-// cache, and is written back as a directory AutoModelForCausalLM loads.
+// docs/models.md's decoder blocks: a Llama-family model directory (config.json + safetensors +
+// tokenizer.json) loads by name, computes transformers' labels= loss, generates greedily and by
+// sampling with a KV cache, and is written back as a directory AutoModelForCausalLM loads; then it
+// is fine-tuned on 2 workers and its checkpoint, with the tokenizer, serves prompts as text.
 //   snippets_decoders MODEL_DIR OUT_DIR
-// (tests/docs: the small random Llama of tests/unit/decoder_reference.py.)
+// (tests/docs: the small random Llama and trained BPE tokenizer of tests/unit/decoder_reference.py.)
 
-#include <dtrain/models.hpp>
-#include <dtrain/nn/loss.hpp>
+#include <dtrain/all.hpp>
 
 #include <iostream>
 
@@ -43,9 +43,49 @@ int main(int argc, char** argv) try {
 
   dtrain::nn::save_pretrained(model, argv[2]);  // config.json + model.safetensors for AutoModelForCausalLM
   // [decoders]
+
+  // [decoders serve]
+  const auto tokenizer = dtrain::data::BpeTokenizer::from_directory(dir);  // its tokenizer.json
+  std::vector<std::int64_t> stream;  // a few texts' ids, one after another, cut into 16-token windows
+  for (const std::string text : {"Hello world, hello there.", "The quick brown fox jumps over the lazy dog."})
+    for (int copy = 0; copy < 16; ++copy)
+      for (auto id : tokenizer.encode(text)) stream.push_back(id);
+  const auto windows = torch::tensor(stream).narrow(0, 0, stream.size() / 16 * 16).view({-1, 16});
+  const dtrain::data::TensorDataset texts{windows, windows};  // the labels are the ids (shifted inside the loss)
+
+  using Llm = dtrain::nn::LlamaForCausalLM;
+  using Trainer = dtrain::Trainer<Llm, dtrain::data::TensorDataset, dtrain::checkpointer::directory<>>;
+  Trainer trainer({.num_workers = 2}, {.storage_path = "runs", .name = "llm", .start = dtrain::Start::fresh});
+  const auto result = trainer.fit([&](Trainer::context& ctx) {
+    Llm llm(dtrain::nn::LlamaConfig::from_pretrained(dir));
+    dtrain::nn::load_pretrained(llm, dir);
+    auto lm = ctx.prepare_model(llm);
+    torch::optim::AdamW opt(ctx.parameters(lm), torch::optim::AdamWOptions(1e-3));
+    for (auto epoch : ctx.epochs(2)) {
+      double loss_sum = 0;
+      int steps = 0;
+      for (auto batch : ctx.shard(texts, 8)) {
+        opt.zero_grad();
+        auto loss = dtrain::nn::causal_lm_loss(ctx.forward(lm, batch.data), batch.target);
+        ctx.backward(loss);
+        ctx.step(opt);
+        loss_sum += loss.item<double>();
+        ++steps;
+      }
+      ctx.report({{"epoch", epoch}, {"loss", ctx.all_reduce(loss_sum / steps)}},
+                 ctx.checkpoint(lm, opt).with_object("vocab", tokenizer));  // the tokenizer serves with it
+    }
+  });
+  // The checkpoint alone serves: the model from its model_config.json, the tokenizer from its object.
+  auto served = dtrain::evaluation::Predictor<Llm>::from_checkpoint(result.latest_checkpoint()->path(),
+                                                                     dtrain::evaluation::TextInputs{});
+  const auto replies = served.generate({"Hello", "The quick"}, {.max_new_tokens = 8});  // each prompt's new text
+  // [decoders serve]
   std::cout << "decoders: " << report.loaded << " tensors, loss " << loss.item<double>() << ", greedy [" << greedy.size(0)
             << ", " << greedy.size(1) << "], sampled [" << sampled.size(0) << ", " << sampled.size(1) << "], exported "
             << model->config.causal_lm_architecture() << "\n";
+  std::cout << "served: " << result.metrics_history.size() << " reports, " << replies.size() << " replies, the first "
+            << replies[0].size() << " bytes\n";
   return 0;
 } catch (const std::exception& e) {
   std::cerr << "snippets_decoders: " << e.what() << "\n";
