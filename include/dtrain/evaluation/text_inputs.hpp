@@ -24,8 +24,9 @@ namespace evaluation {
 
 /// Which checkpoint objects turn raw text into a model's batch: the tokenizer saved as `vocabulary`
 /// and a data::LabelEncoder saved as `labels`. restore(ck) reads which tokenizer was saved
-/// (data::WordVocabulary, data::WordPieceTokenizer, data::SentencePieceTokenizer) from the object
-/// itself; restore<Tokenizer>(ck) loads a tokenizer type of your own. A text becomes the batch
+/// (data::WordVocabulary, data::WordPieceTokenizer, data::BpeTokenizer,
+/// data::SentencePieceTokenizer) from the object itself; restore<Tokenizer>(ck) loads a tokenizer
+/// type of your own. A text becomes the batch
 /// fields `ids` (padded with the tokenizer's pad id) and `mask`, which the model receives as
 /// forward(const data::Fields&) or forward(input_ids, attention_mask); the encoder's classes name
 /// the predictions.

@@ -78,6 +78,7 @@ class AddedTrie {
 struct BpeModel {
   nlohmann::json source;  // the tokenizer.json, as it is saved with a checkpoint
   std::string origin;     // the file it came from, for messages
+  std::uint64_t serial = next_serial();  // which model a thread's word cache holds words of
   [[noreturn]] void fail(const std::string& what) const { throw DataError("BpeTokenizer: " + origin + ": " + what); }
 
   // --- The BPE model -----------------------------------------------------------------------------
@@ -163,6 +164,18 @@ struct BpeModel {
   void byte_level_word(std::string_view piece, std::vector<std::int64_t>& ids) const;
   void unknown_unit(std::string_view key, std::vector<std::uint32_t>& symbols, std::optional<std::uint32_t>& unk) const;
   void merge(std::vector<std::uint32_t>& symbols) const;
+  static std::uint64_t next_serial();
+};
+
+/// A thread's words already through the BPE model, as tokenizers keeps them (its BPE cache): most
+/// words of a text have been seen before. Words of one model at a time; cleared when full.
+struct BpeWordCache {
+  static constexpr std::size_t kMaxWords = 1 << 16, kMaxBytes = 256;  // tokenizers: words below 256 bytes
+  std::uint64_t serial = 0;
+  TokenTable words;
+  std::vector<std::uint32_t> ends;  // word k's ids are ids[ends[k - 1], ends[k])
+  std::vector<std::uint32_t> ids;
+  static BpeWordCache& of(const BpeModel& m);
 };
 
 }  // namespace data::detail

@@ -60,9 +60,9 @@ inline void read_pre_tokenizer(BpeModel& m, const json& j) {
       else if (re == kLlama3Pattern) m.splits.push_back(Pattern::llama3);
       else if (re == kQwen2Pattern) m.splits.push_back(Pattern::qwen2);
       else
-        m.fail("pre_tokenizer Split pattern " + json(re).dump() +
-               " is not one BpeTokenizer reproduces; it knows GPT-2's " + json(std::string(kGpt2Pattern)).dump() +
-               ", Llama 3's " + json(std::string(kLlama3Pattern)).dump() + " and Qwen2's (Llama 3's with \\p{N})");
+        m.fail("pre_tokenizer Split pattern \"" + re + "\" is not one BpeTokenizer reproduces; it knows GPT-2's \"" +
+               std::string(kGpt2Pattern) + "\", Llama 3's \"" + std::string(kLlama3Pattern) +
+               "\" and Qwen2's (Llama 3's with \\p{N} for \\p{N}{1,3})");
       if (p.value("behavior", "") != "Isolated" || p.value("invert", false))
         m.fail("pre_tokenizer Split with behavior " + p.value("behavior", json()).dump() +
                (p.value("invert", false) ? " inverted" : "") + " is not supported (Isolated, not inverted)");
@@ -329,6 +329,7 @@ inline void read_decoder(BpeModel& m, const json& j) {
 inline void read_truncation_padding(BpeModel& m, const json& j) {
   if (const auto t = j.value("truncation", json()); !t.is_null()) {
     m.max_length = t.at("max_length").get<std::int64_t>();
+    if (*m.max_length < 0) m.fail("truncation max_length " + std::to_string(*m.max_length) + " is negative");
     m.truncate_left = t.value("direction", "Right") == "Left";
     const auto strategy = t.value("strategy", "LongestFirst");
     if (strategy == "OnlySecond") m.fail("truncation strategy OnlySecond needs a pair of texts; BpeTokenizer encodes single texts");

@@ -3,7 +3,7 @@
 // The bodies of bpe_model.hpp's functions (docs/packaging.md: header-only or compiled once).
 
 #include <algorithm>
-#include <queue>
+#include <atomic>
 
 #include <dtrain/data/detail/bpe_model.hpp>
 
@@ -244,6 +244,15 @@ DTRAIN_INLINE void BpeModel::word(std::string_view w, std::vector<std::int64_t>&
       return;
     }
   }
+  BpeWordCache* cache = nullptr;
+  if (w.size() < BpeWordCache::kMaxBytes) {
+    cache = &BpeWordCache::of(*this);
+    if (const auto k = cache->words.find(w); k != TokenTable::absent) {
+      const auto i = static_cast<std::size_t>(k);
+      ids.insert(ids.end(), cache->ids.begin() + (i ? cache->ends[i - 1] : 0), cache->ids.begin() + cache->ends[i]);
+      return;
+    }
+  }
   thread_local std::vector<std::uint32_t> symbols;
   thread_local std::string key;
   symbols.clear();
@@ -282,6 +291,23 @@ DTRAIN_INLINE void BpeModel::word(std::string_view w, std::vector<std::int64_t>&
   if (unk) symbols.push_back(*unk);
   merge(symbols);
   ids.insert(ids.end(), symbols.begin(), symbols.end());
+  if (cache) {
+    if (cache->ends.size() >= BpeWordCache::kMaxWords) *cache = BpeWordCache{serial};
+    cache->words.intern(w);
+    cache->ids.insert(cache->ids.end(), symbols.begin(), symbols.end());
+    cache->ends.push_back(static_cast<std::uint32_t>(cache->ids.size()));
+  }
+}
+
+DTRAIN_INLINE std::uint64_t BpeModel::next_serial() {
+  static std::atomic<std::uint64_t> next{1};
+  return next++;
+}
+
+DTRAIN_INLINE BpeWordCache& BpeWordCache::of(const BpeModel& m) {
+  thread_local BpeWordCache cache;
+  if (cache.serial != m.serial) cache = BpeWordCache{m.serial};
+  return cache;
 }
 
 DTRAIN_INLINE void BpeModel::unknown_unit(std::string_view key, std::vector<std::uint32_t>& symbols,
@@ -332,21 +358,27 @@ DTRAIN_INLINE void BpeModel::merge(std::vector<std::uint32_t>& s) const {
   struct Merge {
     std::uint64_t rank_id;  // rank << 32 | merged id
     std::size_t pos;
-    bool operator<(const Merge& o) const {  // std::priority_queue pops the greatest: invert
+    bool operator<(const Merge& o) const {  // the heap's top is the greatest: invert
       const auto rank = rank_id >> 32, other = o.rank_id >> 32;
       return rank != other ? rank > other : pos > o.pos;
     }
   };
   thread_local std::vector<Symbol> sym;
+  thread_local std::vector<Merge> queue;  // a heap: std::push_heap / pop_heap keep the lowest on top
   sym.clear();
+  queue.clear();
+  const auto push = [&](std::uint64_t m, std::size_t pos) {
+    queue.push_back({m, pos});
+    std::push_heap(queue.begin(), queue.end());
+  };
   for (std::size_t k = 0; k < n; ++k)
     sym.push_back({s[k], static_cast<std::int64_t>(k) - 1, k + 1 < n ? static_cast<std::int64_t>(k + 1) : -1, true});
-  std::priority_queue<Merge> queue;
   for (std::size_t k = 0; k + 1 < n; ++k)
-    if (const auto m = merges.find(s[k], s[k + 1]); m != none) queue.push({m, k});
+    if (const auto m = merges.find(s[k], s[k + 1]); m != none) push(m, k);
   while (!queue.empty()) {
-    const auto top = queue.top();
-    queue.pop();
+    std::pop_heap(queue.begin(), queue.end());
+    const auto top = queue.back();
+    queue.pop_back();
     auto& left = sym[top.pos];
     if (!left.alive || left.next < 0) continue;
     const auto right_pos = static_cast<std::size_t>(left.next);
@@ -359,10 +391,10 @@ DTRAIN_INLINE void BpeModel::merge(std::vector<std::uint32_t>& s) const {
     if (right.next >= 0) sym[static_cast<std::size_t>(right.next)].prev = static_cast<std::int64_t>(top.pos);
     if (left.prev >= 0) {
       const auto p = static_cast<std::size_t>(left.prev);
-      if (const auto m = merges.find(sym[p].id, left.id); m != none) queue.push({m, p});
+      if (const auto m = merges.find(sym[p].id, left.id); m != none) push(m, p);
     }
     if (left.next >= 0)
-      if (const auto m = merges.find(left.id, sym[static_cast<std::size_t>(left.next)].id); m != none) queue.push({m, top.pos});
+      if (const auto m = merges.find(left.id, sym[static_cast<std::size_t>(left.next)].id); m != none) push(m, top.pos);
   }
   s.clear();
   for (std::int64_t k = 0; k >= 0; k = sym[static_cast<std::size_t>(k)].next) s.push_back(sym[static_cast<std::size_t>(k)].id);
