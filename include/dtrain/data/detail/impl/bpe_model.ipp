@@ -292,7 +292,10 @@ DTRAIN_INLINE void BpeModel::word(std::string_view w, std::vector<std::int64_t>&
   merge(symbols);
   ids.insert(ids.end(), symbols.begin(), symbols.end());
   if (cache) {
-    if (cache->ends.size() >= BpeWordCache::kMaxWords) *cache = BpeWordCache{serial};
+    if (cache->ends.size() >= BpeWordCache::kMaxWords) {
+      *cache = BpeWordCache();
+      cache->serial = serial;
+    }
     cache->words.intern(w);
     cache->ids.insert(cache->ids.end(), symbols.begin(), symbols.end());
     cache->ends.push_back(static_cast<std::uint32_t>(cache->ids.size()));
@@ -306,7 +309,10 @@ DTRAIN_INLINE std::uint64_t BpeModel::next_serial() {
 
 DTRAIN_INLINE BpeWordCache& BpeWordCache::of(const BpeModel& m) {
   thread_local BpeWordCache cache;
-  if (cache.serial != m.serial) cache = BpeWordCache{m.serial};
+  if (cache.serial != m.serial) {
+    cache = BpeWordCache();
+    cache.serial = m.serial;
+  }
   return cache;
 }
 
