@@ -53,7 +53,8 @@ constexpr std::int64_t kBc = 256, kAb = 257, kSpaceT = 258, kHe = 259, kSpaceThe
 json gpt2_json() {
   json vocab = json::object();
   for (int b = 0; b < 256; ++b) vocab[bpe::byte_chars()[static_cast<std::size_t>(b)]] = b;
-  const std::vector<std::pair<std::string, std::string>> merges = {{"b", "c"}, {"a", "b"}, {"Ġ", "t"}, {"h", "e"}, {"Ġt", "he"}};
+  const std::vector<std::pair<std::string, std::string>> merges = {
+      {"b", "c"}, {"a", "b"}, {"Ġ", "t"}, {"h", "e"}, {"Ġt", "he"}};
   json list = json::array();
   for (const auto& [a, b] : merges) {
     vocab[a + b] = static_cast<std::int64_t>(vocab.size());
@@ -64,15 +65,31 @@ json gpt2_json() {
   return {{"version", "1.0"},
           {"truncation", nullptr},
           {"padding", nullptr},
-          {"added_tokens", {{{"id", kEot}, {"content", "<|endoftext|>"}, {"single_word", false}, {"lstrip", false},
-                             {"rstrip", false}, {"normalized", true}, {"special", true}}}},
+          {"added_tokens",
+           {{{"id", kEot},
+             {"content", "<|endoftext|>"},
+             {"single_word", false},
+             {"lstrip", false},
+             {"rstrip", false},
+             {"normalized", true},
+             {"special", true}}}},
           {"normalizer", nullptr},
-          {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
-          {"post_processor", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}, {"use_regex", true}}},
+          {"pre_tokenizer",
+           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+          {"post_processor",
+           {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}, {"use_regex", true}}},
           {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
-          {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
-                     {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false},
-                     {"ignore_merges", false}, {"vocab", vocab}, {"merges", list}}}};
+          {"model",
+           {{"type", "BPE"},
+            {"dropout", nullptr},
+            {"unk_token", nullptr},
+            {"continuing_subword_prefix", nullptr},
+            {"end_of_word_suffix", nullptr},
+            {"fuse_unk", false},
+            {"byte_fallback", false},
+            {"ignore_merges", false},
+            {"vocab", vocab},
+            {"merges", list}}}};
 }
 
 // The same vocabulary the way Llama 3's file has it: its split pattern then ByteLevel without its
@@ -91,13 +108,21 @@ json llama3_json() {
   j["model"]["vocab"].erase("<|endoftext|>");  // ids stay: 262 is vocab.size(), the first added token's
   j["added_tokens"] = json::array();
   for (const auto& t : {"<|endoftext|>", "<|begin_of_text|>", "<|end_of_text|>"})
-    j["added_tokens"].push_back({{"id", 0}, {"content", t}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
-                                 {"normalized", false}, {"special", true}});
-  j["pre_tokenizer"] = {{"type", "Sequence"},
-                        {"pretokenizers",
-                         {{{"type", "Split"}, {"pattern", {{"Regex", std::string(bpe::kLlama3Pattern)}}}, {"behavior", "Isolated"},
-                           {"invert", false}},
-                          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}};
+    j["added_tokens"].push_back({{"id", 0},
+                                 {"content", t},
+                                 {"single_word", false},
+                                 {"lstrip", false},
+                                 {"rstrip", false},
+                                 {"normalized", false},
+                                 {"special", true}});
+  j["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"},
+         {"pattern", {{"Regex", std::string(bpe::kLlama3Pattern)}}},
+         {"behavior", "Isolated"},
+         {"invert", false}},
+        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}};
   const auto special = [](const char* name, std::int64_t id) {
     return json{{"id", name}, {"ids", {id}}, {"tokens", {name}}};
   };
@@ -111,8 +136,9 @@ json llama3_json() {
            {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
            {{"SpecialToken", {{"id", "<|end_of_text|>"}, {"type_id", 0}}}}}},
          {"pair", json::array()},
-         {"special_tokens", {{"<|begin_of_text|>", special("<|begin_of_text|>", kBos)},
-                             {"<|end_of_text|>", special("<|end_of_text|>", kEnd)}}}}}}};
+         {"special_tokens",
+          {{"<|begin_of_text|>", special("<|begin_of_text|>", kBos)},
+           {"<|end_of_text|>", special("<|end_of_text|>", kEnd)}}}}}}};
   return j;
 }
 
@@ -138,7 +164,8 @@ TEST_CASE("BpeTokenizer's scanners split as GPT-2's and Llama 3's patterns do", 
   CHECK(pieces(P::gpt2, "(hello) 12,5") == S{"(", "hello", ")", " 12", ",", "5"});
   // Llama 3: case-insensitive contractions (and U+017F long s), a punctuation or space before a
   // word, digits three by three, newlines with the whitespace before them.
-  CHECK(pieces(P::llama3, "Hello  WORLD'S 1234\r\n\tx") == S{"Hello", " ", " WORLD", "'S", " ", "123", "4", "\r\n", "\tx"});
+  CHECK(pieces(P::llama3, "Hello  WORLD'S 1234\r\n\tx") ==
+        S{"Hello", " ", " WORLD", "'S", " ", "123", "4", "\r\n", "\tx"});
   CHECK(pieces(P::llama3, "(hello) it\u017F 'Dog") == S{"(hello", ")", " it\u017F", " '", "Dog"});
   CHECK(pieces(P::llama3, "x'\u017Fy") == S{"x", "'\u017F", "y"});
   CHECK(pieces(P::llama3, "a  \n  b.\n\nc") == S{"a", "  \n", " ", " b", ".\n\n", "c"});
@@ -185,11 +212,14 @@ TEST_CASE("BpeTokenizer merges lowest rank first, as tokenizers does", "[data][b
 
 TEST_CASE("BpeTokenizer decodes bytes back to text as tokenizers does", "[data][bpe]") {
   const auto tok = Tokenizer::from_json(gpt2_json());
-  for (const std::string text : {"x the", "Hello  world's 123\n\n", "日本\u3000café 😀👍🏽", "a<|endoftext|>b", ""})
+  for (const std::string text :
+       {"x the", "Hello  world's 123\n\n", "日本\u3000café 😀👍🏽", "a<|endoftext|>b", ""})
     CHECK(tok.decode(tok.encode(text), false) == text);
   CHECK(tok.decode(tok.encode("a<|endoftext|>b")) == "ab");  // special tokens skipped
-  CHECK(tok.decode(Ids{0xe4, 0xb8}) == "\xEF\xBF\xBD");        // a cut character: one U+FFFD
-  CHECK(tok.decode(Ids{0xff, 'a', 0xe4, 0xb8, 0xad}) == "\xEF\xBF\xBD" "a中");
+  CHECK(tok.decode(Ids{0xe4, 0xb8}) == "\xEF\xBF\xBD");      // a cut character: one U+FFFD
+  CHECK(tok.decode(Ids{0xff, 'a', 0xe4, 0xb8, 0xad}) ==
+        "\xEF\xBF\xBD"
+        "a中");
   CHECK(tok.decode(Ids{'a', 100000, -1, 'b'}) == "ab");  // ids outside the vocabulary are dropped
   CHECK(tok.decode(torch::tensor(std::vector<std::int64_t>{'x', kSpaceThe})) == "x the");
   CHECK_THROWS_MATCHES(tok.decode(torch::zeros({2, 2}, torch::kInt64)), d::DataError, MessageContains({"1-D"}));
@@ -198,7 +228,7 @@ TEST_CASE("BpeTokenizer decodes bytes back to text as tokenizers does", "[data][
 TEST_CASE("BpeTokenizer adds the template's BOS and EOS, truncates and pads", "[data][bpe]") {
   const auto tok = Tokenizer::from_json(llama3_json());
   REQUIRE(tok.token_to_id("<|begin_of_text|>") == kBos);  // added after the vocabulary, in file order
-  CHECK(tok.encode("abc") == Ids{kBos, kAbc, kEnd});         // ignore_merges
+  CHECK(tok.encode("abc") == Ids{kBos, kAbc, kEnd});      // ignore_merges
   CHECK(tok.encode("abc", false) == Ids{kAbc});
   CHECK(tok.encode("x the<|end_of_text|>", false) == Ids{'x', kSpaceThe, kEnd});
   CHECK(tok.add_bos());
@@ -236,7 +266,8 @@ TEST_CASE("BpeTokenizer adds the template's BOS and EOS, truncates and pads", "[
   CHECK(left.without_padding().encode_batch(texts)[0].input_ids.size() == 3);
   // Many texts on threads: the same as one by one.
   std::vector<std::string> many;
-  for (int i = 0; i < 1000; ++i) many.push_back(std::string(static_cast<std::size_t>(i % 7), 'a') + " the" + std::to_string(i));
+  for (int i = 0; i < 1000; ++i)
+    many.push_back(std::string(static_cast<std::size_t>(i % 7), 'a') + " the" + std::to_string(i));
   const auto on_threads = left.encode_batch(many, 4);
   const auto one = left.encode_batch(many, 1);
   for (std::size_t i = 0; i < many.size(); ++i) REQUIRE(on_threads[i].input_ids == one[i].input_ids);
@@ -249,39 +280,54 @@ TEST_CASE("BpeTokenizer adds the template's BOS and EOS, truncates and pads", "[
 TEST_CASE("BpeTokenizer's added tokens strip spaces and keep to whole words as asked", "[data][bpe]") {
   auto j = gpt2_json();
   const auto added = [&](const char* content, bool lstrip, bool rstrip, bool single_word) {
-    j["added_tokens"].push_back({{"id", 0}, {"content", content}, {"single_word", single_word}, {"lstrip", lstrip},
-                                 {"rstrip", rstrip}, {"normalized", false}, {"special", false}});
+    j["added_tokens"].push_back({{"id", 0},
+                                 {"content", content},
+                                 {"single_word", single_word},
+                                 {"lstrip", lstrip},
+                                 {"rstrip", rstrip},
+                                 {"normalized", false},
+                                 {"special", false}});
   };
   added("<mask>", true, false, false);
   added("[R]", false, true, false);
   added("zz", false, false, true);
   const auto tok = Tokenizer::from_json(j);
   const auto mask = *tok.token_to_id("<mask>"), r = *tok.token_to_id("[R]"), zz = *tok.token_to_id("zz");
-  CHECK(mask == kEot + 1);  // the next id after the vocabulary
-  CHECK(tok.encode("x  <mask>") == Ids{'x', mask});         // lstrip takes the spaces before it
-  CHECK(tok.encode("[R]  x") == Ids{r, 'x'});               // rstrip the spaces after it
+  CHECK(mask == kEot + 1);                           // the next id after the vocabulary
+  CHECK(tok.encode("x  <mask>") == Ids{'x', mask});  // lstrip takes the spaces before it
+  CHECK(tok.encode("[R]  x") == Ids{r, 'x'});        // rstrip the spaces after it
   CHECK(tok.encode("zz y") == Ids{zz, ' ', 'y'});
-  CHECK(tok.encode("xzz") == Ids{'x', 'z', 'z'});           // single_word: not inside a word
-  CHECK(tok.encode("zz_") == Ids{'z', 'z', '_'});           // '_' is a word character
+  CHECK(tok.encode("xzz") == Ids{'x', 'z', 'z'});              // single_word: not inside a word
+  CHECK(tok.encode("zz_") == Ids{'z', 'z', '_'});              // '_' is a word character
   CHECK(tok.decode(tok.encode("a <mask> b")) == "a<mask> b");  // not special: kept, its space gone
 }
 
 TEST_CASE("BpeTokenizer falls back to bytes and fuses unknowns as Llama 2's BPE does", "[data][bpe]") {
-  const json j = {{"added_tokens", {{{"id", 0}, {"content", "<unk>"}, {"normalized", false}, {"special", true}}}},
-                  {"normalizer", {{"type", "Sequence"},
-                                  {"normalizers", {{{"type", "Prepend"}, {"prepend", "▁"}},
-                                                   {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "▁"}}}}}},
-                  {"pre_tokenizer", nullptr},
-                  {"decoder", {{"type", "Sequence"},
-                               {"decoders", {{{"type", "Replace"}, {"pattern", {{"String", "▁"}}}, {"content", " "}},
-                                             {{"type", "ByteFallback"}}, {{"type", "Fuse"}},
-                                             {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
-                  {"model", {{"type", "BPE"}, {"unk_token", "<unk>"}, {"fuse_unk", true}, {"byte_fallback", true},
-                             {"vocab", {{"<unk>", 0}, {"<0xC3>", 1}, {"<0xA9>", 2}, {"a", 3}, {"b", 4}, {"ab", 5}, {"▁", 6}, {"▁ab", 7}}},
-                             {"merges", {"a b", "▁ ab"}}}}};
+  const json j = {
+      {"added_tokens", {{{"id", 0}, {"content", "<unk>"}, {"normalized", false}, {"special", true}}}},
+      {"normalizer",
+       {{"type", "Sequence"},
+        {"normalizers",
+         {{{"type", "Prepend"}, {"prepend", "▁"}},
+          {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "▁"}}}}}},
+      {"pre_tokenizer", nullptr},
+      {"decoder",
+       {{"type", "Sequence"},
+        {"decoders",
+         {{{"type", "Replace"}, {"pattern", {{"String", "▁"}}}, {"content", " "}},
+          {{"type", "ByteFallback"}},
+          {{"type", "Fuse"}},
+          {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
+      {"model",
+       {{"type", "BPE"},
+        {"unk_token", "<unk>"},
+        {"fuse_unk", true},
+        {"byte_fallback", true},
+        {"vocab", {{"<unk>", 0}, {"<0xC3>", 1}, {"<0xA9>", 2}, {"a", 3}, {"b", 4}, {"ab", 5}, {"▁", 6}, {"▁ab", 7}}},
+        {"merges", {"a b", "▁ ab"}}}}};
   const auto tok = Tokenizer::from_json(j);
-  CHECK(tok.encode("abé") == Ids{7, 1, 2});   // ▁ab, then é's two bytes
-  CHECK(tok.encode("ab xy") == Ids{7, 6, 0}); // x and y: one <unk>, fused
+  CHECK(tok.encode("abé") == Ids{7, 1, 2});    // ▁ab, then é's two bytes
+  CHECK(tok.encode("ab xy") == Ids{7, 6, 0});  // x and y: one <unk>, fused
   CHECK(tok.decode(Ids{7, 1, 2}) == "abé");
   CHECK(tok.decode(Ids{7, 1}) == "ab\xEF\xBF\xBD");  // a byte that is not UTF-8 alone
   CHECK(tok.decode(Ids{7, 0}, false) == "ab<unk>");
@@ -289,9 +335,11 @@ TEST_CASE("BpeTokenizer falls back to bytes and fuses unknowns as Llama 2's BPE 
 
 TEST_CASE("BpeTokenizer refuses files it cannot use and names them", "[data][bpe]") {
   TempDir dir;
-  CHECK_THROWS_MATCHES(Tokenizer::from_file(dir / "missing.json"), d::DataError, MessageContains({"missing.json", "cannot read"}));
+  CHECK_THROWS_MATCHES(Tokenizer::from_file(dir / "missing.json"), d::DataError,
+                       MessageContains({"missing.json", "cannot read"}));
   write_file(dir / "bad.json", "{nope");
-  CHECK_THROWS_MATCHES(Tokenizer::from_file(dir / "bad.json"), d::DataError, MessageContains({"bad.json", "is not JSON"}));
+  CHECK_THROWS_MATCHES(Tokenizer::from_file(dir / "bad.json"), d::DataError,
+                       MessageContains({"bad.json", "is not JSON"}));
   write_file(dir / "wordpiece.json", json{{"model", {{"type", "WordPiece"}, {"vocab", {{"a", 0}}}}}}.dump());
   CHECK_THROWS_MATCHES(Tokenizer::from_file(dir / "wordpiece.json"), d::DataError,
                        MessageContains({"wordpiece.json", "\"WordPiece\"", "not BPE"}));
@@ -303,25 +351,42 @@ TEST_CASE("BpeTokenizer refuses files it cannot use and names them", "[data][bpe
     edit(j);
     return [j] { Tokenizer::from_json(j, "edited.json"); };
   };
+  CHECK_THROWS_MATCHES(
+      refused([](json& j) {
+        j["pre_tokenizer"] = {
+            {"type", "Split"}, {"pattern", {{"Regex", "\\w+|\\s+"}}}, {"behavior", "Isolated"}, {"invert", false}};
+      })(),
+      d::DataError, MessageContains({"edited.json", "Split pattern \"\\w+|\\s+\"", "GPT-2's"}));
+  CHECK_THROWS_MATCHES(
+      refused([](json& j) {
+        j["pre_tokenizer"] = {
+            {"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Isolated"}, {"invert", false}};
+      })(),
+      d::DataError, MessageContains({"Split on the string \" \""}));
   CHECK_THROWS_MATCHES(refused([](json& j) {
-    j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "\\w+|\\s+"}}}, {"behavior", "Isolated"}, {"invert", false}};
-  })(), d::DataError, MessageContains({"edited.json", "Split pattern \"\\w+|\\s+\"", "GPT-2's"}));
+                         j["pre_tokenizer"] = {{"type", "Whitespace"}};
+                       })(),
+                       d::DataError, MessageContains({"pre_tokenizer \"Whitespace\" is not supported"}));
   CHECK_THROWS_MATCHES(refused([](json& j) {
-    j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Isolated"}, {"invert", false}};
-  })(), d::DataError, MessageContains({"Split on the string \" \""}));
-  CHECK_THROWS_MATCHES(refused([](json& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; })(), d::DataError,
-                       MessageContains({"pre_tokenizer \"Whitespace\" is not supported"}));
-  CHECK_THROWS_MATCHES(refused([](json& j) { j["normalizer"] = {{"type", "NFC"}}; })(), d::DataError,
-                       MessageContains({"normalizer \"NFC\" is not supported"}));
-  CHECK_THROWS_MATCHES(refused([](json& j) { j["decoder"] = {{"type", "WordPiece"}}; })(), d::DataError,
-                       MessageContains({"decoder \"WordPiece\" is not supported"}));
-  CHECK_THROWS_MATCHES(refused([](json& j) { j["post_processor"] = {{"type", "Whatever"}}; })(), d::DataError,
-                       MessageContains({"post_processor \"Whatever\" is not supported"}));
-  CHECK_THROWS_MATCHES(refused([](json& j) { j["model"]["dropout"] = 0.1; })(), d::DataError, MessageContains({"dropout"}));
+                         j["normalizer"] = {{"type", "NFC"}};
+                       })(),
+                       d::DataError, MessageContains({"normalizer \"NFC\" is not supported"}));
+  CHECK_THROWS_MATCHES(refused([](json& j) {
+                         j["decoder"] = {{"type", "WordPiece"}};
+                       })(),
+                       d::DataError, MessageContains({"decoder \"WordPiece\" is not supported"}));
+  CHECK_THROWS_MATCHES(refused([](json& j) {
+                         j["post_processor"] = {{"type", "Whatever"}};
+                       })(),
+                       d::DataError, MessageContains({"post_processor \"Whatever\" is not supported"}));
+  CHECK_THROWS_MATCHES(refused([](json& j) { j["model"]["dropout"] = 0.1; })(), d::DataError,
+                       MessageContains({"dropout"}));
   CHECK_THROWS_MATCHES(refused([](json& j) { j["model"]["merges"].push_back("abc"); })(), d::DataError,
                        MessageContains({"model.merges[5] \"abc\"", "not two tokens separated by one space"}));
-  CHECK_THROWS_MATCHES(refused([](json& j) { j["model"]["merges"].push_back(json::array({"a", "b"})); })(), d::DataError,
-                       MessageContains({"model.merges[5]", "every merge is"}));
+  CHECK_THROWS_MATCHES(refused([](json& j) {
+                         j["model"]["merges"].push_back(json::array({"a", "b"}));
+                       })(),
+                       d::DataError, MessageContains({"model.merges[5]", "every merge is"}));
   CHECK_THROWS_MATCHES(refused([](json& j) { j["model"]["merges"].push_back("a <nope>"); })(), d::DataError,
                        MessageContains({"\"<nope>\", which model.vocab lacks"}));
   CHECK_THROWS_MATCHES(refused([](json& j) { j["model"]["merges"].push_back("c b"); })(), d::DataError,
@@ -330,12 +395,15 @@ TEST_CASE("BpeTokenizer refuses files it cannot use and names them", "[data][bpe
                        MessageContains({"model.vocab is missing or empty"}));
   CHECK_THROWS_MATCHES(refused([](json& j) { j["model"]["vocab"]["x"] = -3; })(), d::DataError,
                        MessageContains({"model.vocab[\"x\"] is -3, not an id"}));
-  CHECK_THROWS_MATCHES(refused([](json& j) { j["truncation"] = {{"max_length", 8}, {"strategy", "OnlySecond"}}; })(),
+  CHECK_THROWS_MATCHES(refused([](json& j) {
+                         j["truncation"] = {{"max_length", 8}, {"strategy", "OnlySecond"}};
+                       })(),
                        d::DataError, MessageContains({"OnlySecond"}));
   CHECK_THROWS_MATCHES(refused([](json& j) { j["added_tokens"][0]["content"] = 5; })(), d::DataError,
                        MessageContains({"edited.json", "unexpected content"}));
   // An unk_token the vocabulary lacks: the file reads (as in tokenizers), a text that needs it fails.
-  const json no_unk = {{"model", {{"type", "BPE"}, {"unk_token", "<unk>"}, {"vocab", {{"a", 0}}}, {"merges", json::array()}}}};
+  const json no_unk = {
+      {"model", {{"type", "BPE"}, {"unk_token", "<unk>"}, {"vocab", {{"a", 0}}}, {"merges", json::array()}}}};
   const auto tok = Tokenizer::from_json(no_unk);
   CHECK(tok.encode("aa") == Ids{0, 0});
   CHECK_THROWS_MATCHES(tok.encode("ab"), d::DataError, MessageContains({"unk_token <unk> is not in model.vocab"}));
@@ -371,13 +439,13 @@ TEST_CASE("BpeTokenizer reads a model directory's tokenizer_config.json and goes
   const auto labels = d::data::LabelEncoder::fit(std::vector<std::string>{"a", "b"});
   torch::manual_seed(3);
   auto net = std::make_shared<NetImpl>();
-  const auto path = dtrain_test::save_checkpoint(dir / "run", *net, [&](auto& s) {
-    s.with_object("vocab", padded).with_object("labels", labels);
-  });
+  const auto path = dtrain_test::save_checkpoint(
+      dir / "run", *net, [&](auto& s) { s.with_object("vocab", padded).with_object("labels", labels); });
   auto ck = d::checkpointer::Checkpoint::open(path);
   REQUIRE(ck);
   d::data::WordPieceTokenizer wrong;
-  CHECK_THROWS_MATCHES(ck->load_object("vocab", wrong), d::Error, MessageContains({"BpeTokenizer", "WordPieceTokenizer"}));
+  CHECK_THROWS_MATCHES(ck->load_object("vocab", wrong), d::Error,
+                       MessageContains({"BpeTokenizer", "WordPieceTokenizer"}));
   // No type named: TextInputs reads from the checkpoint that it holds a BpeTokenizer.
   auto p = d::evaluation::Predictor<std::shared_ptr<NetImpl>>::from_checkpoint(path, std::make_shared<NetImpl>(),
                                                                                d::evaluation::TextInputs{});
