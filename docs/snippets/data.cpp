@@ -155,12 +155,75 @@ int wordpiece() {
   return 0;
 }
 
+// A decoder model's directory, cut down: a byte-level BPE tokenizer.json in Llama 3's form (every
+// byte, a few merges, <|begin_of_text|> before each text) and transformers' tokenizer_config.json.
+// The real ones come with the model; the tests train them with tokenizers (tests/data/check_bpe.py).
+void write_bpe_model_dir(const std::string& dir) {
+  namespace bpe = dtrain::data::detail::bpe;
+  std::filesystem::create_directories(dir);
+  nlohmann::json vocab = nlohmann::json::object(), merges = nlohmann::json::array();
+  for (std::size_t b = 0; b < 256; ++b) vocab[bpe::byte_chars()[b]] = b;
+  for (const auto& [a, b] : std::vector<std::pair<std::string, std::string>>{
+           {"H", "e"}, {"l", "l"}, {"He", "ll"}, {"Hell", "o"}, {"Ġ", "w"}, {"o", "r"}, {"Ġw", "or"}, {"l", "d"}, {"Ġwor", "ld"}}) {
+    vocab[a + b] = vocab.size();
+    merges.push_back({a, b});
+  }
+  const auto special = [](const char* t) {
+    return nlohmann::json{{"content", t}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                          {"normalized", false}, {"special", true}};
+  };
+  const auto bos = vocab.size();
+  const nlohmann::json tokenizer = {
+      {"added_tokens", {special("<|begin_of_text|>"), special("<|end_of_text|>")}},
+      {"pre_tokenizer", {{"type", "Sequence"},
+                         {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", std::string(bpe::kLlama3Pattern)}}},
+                                             {"behavior", "Isolated"}, {"invert", false}},
+                                            {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
+      {"post_processor", {{"type", "TemplateProcessing"},
+                          {"single", {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+                                      {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+                          {"pair", nlohmann::json::array()},
+                          {"special_tokens", {{"<|begin_of_text|>", {{"id", "<|begin_of_text|>"}, {"ids", {bos}},
+                                                                    {"tokens", {"<|begin_of_text|>"}}}}}}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model", {{"type", "BPE"}, {"ignore_merges", true}, {"vocab", vocab}, {"merges", merges}}}};
+  std::ofstream(dir + "/tokenizer.json") << tokenizer.dump();
+  std::ofstream(dir + "/tokenizer_config.json") << nlohmann::json{{"eos_token", "<|end_of_text|>"}}.dump();
+}
+
+int bpe() {
+  fresh_directory("data_bpe");
+  write_bpe_model_dir("model");
+  const std::string model_dir = "model";
+  const std::vector<std::string> texts = {"Hello", "Hello world, Hello world"};
+  // [bpe]
+  namespace data = dtrain::data;
+  // tokenizer.json (Hugging Face tokenizers' file), and tokenizer_config.json's bos, eos and pad tokens.
+  const auto tokenizer = data::BpeTokenizer::from_directory(model_dir);
+  const auto ids = tokenizer.encode("Hello world");           // <|begin_of_text|> Hello Ġworld: the file's template
+  const auto plain = tokenizer.encode("Hello world", false);  // without the special tokens
+  const auto text = tokenizer.decode(ids);                    // "Hello world" (special tokens skipped)
+  const auto eos = tokenizer.eos_id();                        // where generation stops: std::optional<std::int64_t>
+
+  // Prompts for a decoder: the last 512 ids of each, padded on the left to the batch's longest.
+  using Side = data::BpeTokenizer::Side;
+  const auto prompts = tokenizer.with_max_length(512, Side::left).with_padding(Side::left);
+  const auto batch = prompts.encode_batch(texts);  // .input_ids, .attention_mask (0 on the padding), on every core
+  // Saved with a checkpoint like the other tokenizers: ctx.checkpoint(model, opt).with_object("vocab", tokenizer)
+  // [bpe]
+  std::cout << "bpe: " << ids.size() << " ids, " << plain.size() << " without special tokens, decoded \"" << text
+            << "\", eos " << (eos ? "set" : "none") << ", batch " << batch.size() << " of " << batch[0].input_ids.size()
+            << ", padding " << batch[0].attention_mask[0] << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int data_page(const std::string& block) {
   if (block == "text") return text();
   if (block == "wordpiece") return wordpiece();
-  std::cerr << "snippets data: no block " << block << "; the blocks are text and wordpiece\n";
+  if (block == "bpe") return bpe();
+  std::cerr << "snippets data: no block " << block << "; the blocks are text, wordpiece and bpe\n";
   return 2;
 }
 

@@ -28,7 +28,7 @@ OPTIONAL = {
     "dtrain/data/vit_image_processor.hpp": "OpenCV (the dtrain::images target)",
 }
 # What a training program's umbrella must not parse in the compiled mode.
-NOT_TRAINING = re.compile(r'^dtrain/(nn/|tune|weights|data/(wordpiece|sentencepiece|csv|jsonl|pipeline|preprocess)|'
+NOT_TRAINING = re.compile(r'^dtrain/(nn/|tune|weights|data/(wordpiece|bpe_tokenizer|sentencepiece|csv|jsonl|pipeline|preprocess)|'
                           r'tracking/(report|html)\.hpp|evaluation/(predictor|batch_predict))')
 
 

@@ -49,7 +49,7 @@ int main(int argc, char** argv) try {
     out << o.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace) << '\n';
   }
   out << nlohmann::json{{"bos", maybe(tok.bos_id())}, {"eos", maybe(tok.eos_id())}, {"pad", tok.pad_id()},
-                        {"size", tok.size()}, {"add_bos", tok.add_bos()}, {"add_eos", tok.add_eos()}}
+                        {"size", tok.size()},         {"add_bos", tok.add_bos()},   {"add_eos", tok.add_eos()}}
              .dump()
       << '\n';
   if (!out.flush()) {

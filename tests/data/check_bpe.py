@@ -18,7 +18,8 @@ own BpeTrainer on the corpus, in the flavours of the real ones:
   llama2   byte fallback (<0x00>..<0xFF> in the vocabulary, a small alphabet so that rare
            characters fall back to bytes), unk <unk> fused, Prepend + Replace normalizer, no
            pre-tokenizer (a text is one word: long words), "<s> $A", decoder Replace / ByteFallback
-           / Fuse / Strip; and a Mistral-like variant with a Metaspace pre-tokenizer and decoder.
+           / Fuse / Strip; a Mistral-like variant with a Metaspace pre-tokenizer and decoder; and
+           one without <0xF0> and <0xE4>, whose emoji and CJK become one <unk> (fuse_unk).
 Texts: every row of CORPUS_DIR's dataset.csv and holdout.csv (title + " " + description), a list of
 hard cases and seeded random strings over Unicode. For each tokenizer and text: encode(text).ids,
 encode(text, add_special_tokens=False).ids, the padded encoding, encode_batch's row, decode(ids)
@@ -212,14 +213,20 @@ def train_llama2():
         j["decoder"] = {"type": "Sequence", "decoders": [
             {"type": "ByteFallback"}, {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first",
                                        "split": False}, {"type": "Fuse"}]}
-    return llama2_path, edit(path, "mistral_metaspace", mistral)
+    def unknown(j):  # no fallback for 4-byte characters (emoji) nor E4 (CJK): those are <unk>, fused
+        llama2(j)
+        for t in ("<0xF0>", "<0xE4>"):
+            del j["model"]["vocab"][t]
+    return llama2_path, edit(path, "mistral_metaspace", mistral), edit(path, "llama2_unk", unknown)
 
 
 # --- comparison ----------------------------------------------------------------------------------
 compared = 0
 
 
-def check(name, path, texts, expect_bos=None, expect_eos=None):
+def check(name, path, texts, expect_bos=None, expect_eos=None, must_see=None):
+    """Compares dtrain's rows with tokenizers'; must_see: {what: token names}, each of which some
+    row's ids must hold (so that the feature is exercised, not merely allowed)."""
     global compared
     tok = Tokenizer.from_file(str(path))
     inp, out = work / (name + ".in.jsonl"), work / (name + ".out.jsonl")
@@ -262,26 +269,39 @@ def check(name, path, texts, expect_bos=None, expect_eos=None):
         fail("%s: bos %r, tokenizers' %s is %r" % (name, info["bos"], expect_bos, tok.token_to_id(expect_bos)))
     if expect_eos is not None and info["eos"] != tok.token_to_id(expect_eos):
         fail("%s: eos %r, tokenizers' %s is %r" % (name, info["eos"], expect_eos, tok.token_to_id(expect_eos)))
+    seen = []
+    for what, names in (must_see or {}).items():
+        wanted = {tok.token_to_id(t) for t in names} - {None}
+        rows_with = sum(1 for e in plain if wanted & set(e.ids))  # typed or made, not the template's
+        seen.append("%s in %d rows" % (what, rows_with))
+        if rows_with == 0:
+            fail("%s: no text exercises %s" % (name, what))
     if first:
         key, row, got, exp = first
         fail("%s: %d of %d rows differ; the first, row %r, in %s:\n  dtrain:     %s\n  tokenizers: %s" %
              (name, differing, len(ours), row[:300], key, json.dumps(got)[:1500], json.dumps(exp)[:1500]))
     else:
-        print("ok %s: %d rows equal (ids, without special tokens, padded, batch, decoded twice)" % (name, len(ours)))
+        print("ok %s: %d rows equal (ids, without special tokens, padded, batch, decoded twice)%s"
+              % (name, len(ours), "; " + ", ".join(seen) if seen else ""))
     return differing
 
 
 gpt2 = train_gpt2()
-check("gpt2", gpt2, texts, expect_eos="<|endoftext|>")
-check("gpt2_prefix_added", gpt2_variant(gpt2), texts, expect_eos="<|endoftext|>")
+FALLBACK = ["<0x%02X>" % b for b in range(256)]
+gpt2 = train_gpt2()
+check("gpt2", gpt2, texts, expect_eos="<|endoftext|>", must_see={"<|endoftext|>": ["<|endoftext|>"]})
+check("gpt2_prefix_added", gpt2_variant(gpt2), texts, expect_eos="<|endoftext|>",
+      must_see={"<mask>": ["<mask>"], "hello world": ["hello world"], "rstrip_me": [" rstrip_me"]})
 llama3 = train_llama3(LLAMA3, "llama3")
-check("llama3", llama3, texts, expect_bos="<|begin_of_text|>", expect_eos="<|end_of_text|>")
+check("llama3", llama3, texts, expect_bos="<|begin_of_text|>", expect_eos="<|end_of_text|>",
+      must_see={"special tokens typed": ["<|begin_of_text|>", "<|eot_id|>", "<|end_of_text|>"]})
 check("llama3_left", llama3_variant(llama3), texts, expect_bos="<|begin_of_text|>")
 check("qwen2_digits", edit(llama3, "qwen2_digits",
                            lambda j: j["pre_tokenizer"]["pretokenizers"][0]["pattern"].update(Regex=QWEN2)), texts)
-llama2, mistral = train_llama2()
-check("llama2_byte_fallback", llama2, texts, expect_bos="<s>", expect_eos="</s>")
-check("mistral_metaspace", mistral, texts, expect_bos="<s>", expect_eos="</s>")
+llama2, mistral, llama2_unk = train_llama2()
+check("llama2_byte_fallback", llama2, texts, expect_bos="<s>", expect_eos="</s>", must_see={"byte fallback": FALLBACK})
+check("mistral_metaspace", mistral, texts, expect_bos="<s>", expect_eos="</s>", must_see={"byte fallback": FALLBACK})
+check("llama2_unk", llama2_unk, texts, must_see={"<unk>": ["<unk>"], "byte fallback": FALLBACK})
 print("rows compared: %d (%d texts: %d corpus rows, %d hard cases, %d random strings)"
       % (compared, len(texts), len(corpus_texts), len(hard), len(randoms)))
 if compared == 0:

@@ -150,7 +150,8 @@ class BpeTokenizer : public detail::encodings<BpeTokenizer> {
 };
 
 template <class Range>
-std::vector<BpeEncoding> BpeTokenizer::encode_batch(const Range& texts, unsigned threads, bool add_special_tokens) const {
+std::vector<BpeEncoding> BpeTokenizer::encode_batch(const Range& texts, unsigned threads,
+                                                    bool add_special_tokens) const {
   const auto& m = model();
   std::vector<std::string_view> views;
   for (const auto& t : texts) views.emplace_back(t);

@@ -76,8 +76,9 @@ class AddedTrie {
 };
 
 struct BpeModel {
-  nlohmann::json source;  // the tokenizer.json, as it is saved with a checkpoint
-  std::string origin;     // the file it came from, for messages
+  nlohmann::json source;                 // the tokenizer.json, as it is saved with a checkpoint
+  std::string origin;                    // the file it came from, for messages
+  std::uint64_t serial = next_serial();  // which model a thread's word cache holds words of
   [[noreturn]] void fail(const std::string& what) const { throw DataError("BpeTokenizer: " + origin + ": " + what); }
 
   // --- The BPE model -----------------------------------------------------------------------------
@@ -89,12 +90,12 @@ struct BpeModel {
   std::vector<std::uint32_t> vocab_ids;  // by index of `vocab`
   TokenTable unspelled;                  // byte-level: tokens no word spells (<unk>), as written
   std::vector<std::uint32_t> unspelled_ids;
-  std::vector<std::string> id_tokens;    // id -> token as the file writes it (model, then added)
-  std::vector<std::uint8_t> id_known;    // id -> 1 model token, 2 added token, 0 none
+  std::vector<std::string> id_tokens;  // id -> token as the file writes it (model, then added)
+  std::vector<std::uint8_t> id_known;  // id -> 1 model token, 2 added token, 0 none
   MergeTable merges;
-  std::string prefix, suffix;            // continuing_subword_prefix, end_of_word_suffix (as words spell them)
+  std::string prefix, suffix;  // continuing_subword_prefix, end_of_word_suffix (as words spell them)
   std::optional<std::string> unk_token;
-  std::optional<std::uint32_t> unk_id;   // unk_token's id, when the vocabulary has it
+  std::optional<std::uint32_t> unk_id;  // unk_token's id, when the vocabulary has it
   bool fuse_unk = false, byte_fallback = false, ignore_merges = false;
   std::array<std::int64_t, 256> byte_fallback_ids{};  // <0xXX>'s id, or -1
   // Byte-level words: the id of byte b as a word's first, middle, last or only unit (the prefix
@@ -163,6 +164,18 @@ struct BpeModel {
   void byte_level_word(std::string_view piece, std::vector<std::int64_t>& ids) const;
   void unknown_unit(std::string_view key, std::vector<std::uint32_t>& symbols, std::optional<std::uint32_t>& unk) const;
   void merge(std::vector<std::uint32_t>& symbols) const;
+  static std::uint64_t next_serial();
+};
+
+/// A thread's words already through the BPE model, as tokenizers keeps them (its BPE cache): most
+/// words of a text have been seen before. Words of one model at a time; cleared when full.
+struct BpeWordCache {
+  static constexpr std::size_t kMaxWords = 1 << 16, kMaxBytes = 256;  // tokenizers: words below 256 bytes
+  std::uint64_t serial = 0;
+  TokenTable words;
+  std::vector<std::uint32_t> ends;  // word k's ids are ids[ends[k - 1], ends[k])
+  std::vector<std::uint32_t> ids;
+  static BpeWordCache& of(const BpeModel& m);
 };
 
 }  // namespace data::detail

@@ -39,9 +39,9 @@ Char char_at(std::string_view s, std::size_t i);
 
 /// The split patterns tokenizers' byte-level tokenizers use, and that BpeTokenizer reproduces.
 enum class Pattern {
-  gpt2,    // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-  llama3,  // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-  qwen2,   // as llama3 with \p{N} (one digit a piece)
+  gpt2,    // kGpt2Pattern
+  llama3,  // kLlama3Pattern
+  qwen2,   // kQwen2Pattern: Llama 3's with \p{N} (one digit a piece)
 };
 inline constexpr std::string_view kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";

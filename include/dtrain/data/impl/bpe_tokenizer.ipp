@@ -56,13 +56,16 @@ inline void read_pre_tokenizer(BpeModel& m, const json& j) {
         m.fail("pre_tokenizer Split on the string " + pattern["String"].dump() +
                " is not supported: BpeTokenizer knows the Regex patterns of GPT-2, Llama 3 and Qwen2");
       const auto re = pattern.at("Regex").get<std::string>();
-      if (re == kGpt2Pattern) m.splits.push_back(Pattern::gpt2);
-      else if (re == kLlama3Pattern) m.splits.push_back(Pattern::llama3);
-      else if (re == kQwen2Pattern) m.splits.push_back(Pattern::qwen2);
+      if (re == kGpt2Pattern)
+        m.splits.push_back(Pattern::gpt2);
+      else if (re == kLlama3Pattern)
+        m.splits.push_back(Pattern::llama3);
+      else if (re == kQwen2Pattern)
+        m.splits.push_back(Pattern::qwen2);
       else
-        m.fail("pre_tokenizer Split pattern " + json(re).dump() +
-               " is not one BpeTokenizer reproduces; it knows GPT-2's " + json(std::string(kGpt2Pattern)).dump() +
-               ", Llama 3's " + json(std::string(kLlama3Pattern)).dump() + " and Qwen2's (Llama 3's with \\p{N})");
+        m.fail("pre_tokenizer Split pattern \"" + re + "\" is not one BpeTokenizer reproduces; it knows GPT-2's \"" +
+               std::string(kGpt2Pattern) + "\", Llama 3's \"" + std::string(kLlama3Pattern) +
+               "\" and Qwen2's (Llama 3's with \\p{N} for \\p{N}{1,3})");
       if (p.value("behavior", "") != "Isolated" || p.value("invert", false))
         m.fail("pre_tokenizer Split with behavior " + p.value("behavior", json()).dump() +
                (p.value("invert", false) ? " inverted" : "") + " is not supported (Isolated, not inverted)");
@@ -76,19 +79,22 @@ inline void read_pre_tokenizer(BpeModel& m, const json& j) {
       BpeModel::Metaspace ms;
       ms.replacement = p.at("replacement").get<std::string>();
       const auto scheme = p.value("prepend_scheme", "always");
-      ms.prepend = scheme == "first" ? BpeModel::Metaspace::first
-                 : scheme == "never" ? BpeModel::Metaspace::never
-                                     : BpeModel::Metaspace::always;
-      if (scheme != "always" && scheme != "first" && scheme != "never") m.fail("Metaspace prepend_scheme " + scheme + " is unknown");
+      ms.prepend = scheme == "first"   ? BpeModel::Metaspace::first
+                   : scheme == "never" ? BpeModel::Metaspace::never
+                                       : BpeModel::Metaspace::always;
+      if (scheme != "always" && scheme != "first" && scheme != "never")
+        m.fail("Metaspace prepend_scheme " + scheme + " is unknown");
       if (p.contains("add_prefix_space") && p["add_prefix_space"].is_boolean() && !p["add_prefix_space"].get<bool>()) {
-        if (ms.prepend != BpeModel::Metaspace::never) m.fail("Metaspace: add_prefix_space false with prepend_scheme " + scheme);
+        if (ms.prepend != BpeModel::Metaspace::never)
+          m.fail("Metaspace: add_prefix_space false with prepend_scheme " + scheme);
         ms.prepend = BpeModel::Metaspace::never;
       }
       ms.split = !p.contains("split") || p["split"].is_null() || p["split"].get<bool>();
       m.metaspace = ms;
     } else {
       m.fail("pre_tokenizer " + type_of(p) +
-             " is not supported (ByteLevel, Split with GPT-2's or Llama 3's pattern, Metaspace, a Sequence of them, or null)");
+             " is not supported (ByteLevel, Split with GPT-2's or Llama 3's pattern, Metaspace, a Sequence of them, or "
+             "null)");
     }
   }
   m.byte_level = m.byte_level_step;
@@ -96,7 +102,8 @@ inline void read_pre_tokenizer(BpeModel& m, const json& j) {
 
 inline void read_model(BpeModel& m, const json& model) {
   if (auto d = model.value("dropout", json()); !d.is_null() && d.get<double>() != 0.0)
-    m.fail("model.dropout " + d.dump() + " makes BPE random; BpeTokenizer reproduces deterministic BPE only (dropout null)");
+    m.fail("model.dropout " + d.dump() +
+           " makes BPE random; BpeTokenizer reproduces deterministic BPE only (dropout null)");
   const auto& vocab = model.contains("vocab") ? model["vocab"] : json();
   if (!vocab.is_object() || vocab.empty()) m.fail("model.vocab is missing or empty");
   std::int64_t largest = -1;
@@ -119,18 +126,24 @@ inline void read_model(BpeModel& m, const json& model) {
     auto* ids = &m.vocab_ids;
     std::string_view key = token;
     if (m.byte_level) {
-      if (token_bytes(token, bytes)) key = bytes;
-      else table = &m.unspelled, ids = &m.unspelled_ids;
+      if (token_bytes(token, bytes))
+        key = bytes;
+      else
+        table = &m.unspelled, ids = &m.unspelled_ids;
     }
     const auto k = static_cast<std::size_t>(table->intern(key));
-    if (k == ids->size()) ids->push_back(id);
-    else (*ids)[k] = id;
+    if (k == ids->size())
+      ids->push_back(id);
+    else
+      (*ids)[k] = id;
   }
   m.prefix = optional_string(model, "continuing_subword_prefix").value_or("");
   m.suffix = optional_string(model, "end_of_word_suffix").value_or("");
   m.unk_token = optional_string(model, "unk_token");
   if (m.unk_token) m.unk_id = m.model_id(*m.unk_token);
-  const auto flag = [&](const char* key) { return model.contains(key) && !model[key].is_null() && model[key].get<bool>(); };
+  const auto flag = [&](const char* key) {
+    return model.contains(key) && !model[key].is_null() && model[key].get<bool>();
+  };
   m.fuse_unk = flag("fuse_unk");
   m.byte_fallback = flag("byte_fallback");
   m.ignore_merges = flag("ignore_merges");
@@ -141,7 +154,8 @@ inline void read_model(BpeModel& m, const json& model) {
     m.byte_fallback_ids[static_cast<std::size_t>(b)] = id ? static_cast<std::int64_t>(*id) : -1;
     if (!m.byte_level) continue;
     const auto& c = byte_chars()[static_cast<std::size_t>(b)];
-    const std::string spelled[4] = {c, m.prefix + c, m.prefix + c + m.suffix, c + m.suffix};  // first, middle, last, only
+    const std::string spelled[4] = {c, m.prefix + c, m.prefix + c + m.suffix,
+                                    c + m.suffix};  // first, middle, last, only
     for (std::size_t where = 0; where < 4; ++where) {
       const auto u = m.model_id(spelled[where]);
       m.unit_ids[where][static_cast<std::size_t>(b)] = u ? static_cast<std::int64_t>(*u) : -1;
@@ -156,7 +170,8 @@ inline void read_model(BpeModel& m, const json& model) {
   std::uint32_t rank = 0;
   for (std::size_t i = 0; i < merges.size(); ++i) {
     const auto& e = merges[i];
-    const auto where = "model.merges[" + std::to_string(i) + "] " + (e.dump().size() > 80 ? e.dump().substr(0, 80) + "..." : e.dump());
+    const auto where =
+        "model.merges[" + std::to_string(i) + "] " + (e.dump().size() > 80 ? e.dump().substr(0, 80) + "..." : e.dump());
     std::string a, b;
     if (strings && e.is_string()) {
       const auto& s = e.get_ref<const std::string&>();
@@ -174,7 +189,8 @@ inline void read_model(BpeModel& m, const json& model) {
     }
     const auto left = m.model_id(a), right = m.model_id(b);
     if (!left || !right) m.fail(where + " names " + json(left ? b : a).dump() + ", which model.vocab lacks");
-    if (b.size() < m.prefix.size()) m.fail(where + ": " + json(b).dump() + " is shorter than continuing_subword_prefix");
+    if (b.size() < m.prefix.size())
+      m.fail(where + ": " + json(b).dump() + " is shorter than continuing_subword_prefix");
     const auto merged = a + b.substr(m.prefix.size());
     const auto id = m.model_id(merged);
     if (!id) m.fail(where + " makes " + json(merged).dump() + ", which model.vocab lacks");
@@ -192,7 +208,8 @@ inline void read_normalizer(BpeModel& m, const json& j) {
     if (type == "Prepend") {
       m.normalizers.push_back({BpeModel::Normalize::prepend, n.at("prepend").get<std::string>(), {}});
     } else if (type == "Replace" && n.at("pattern").contains("String")) {
-      m.normalizers.push_back({BpeModel::Normalize::replace, n["pattern"]["String"].get<std::string>(), n.at("content").get<std::string>()});
+      m.normalizers.push_back({BpeModel::Normalize::replace, n["pattern"]["String"].get<std::string>(),
+                               n.at("content").get<std::string>()});
     } else {
       m.fail("normalizer " + (type == "Replace" ? "Replace of the pattern " + n["pattern"].dump() : type_of(n)) +
              " is not supported (Prepend, Replace of a string, a Sequence of them, or null)");
@@ -221,13 +238,19 @@ inline void read_added_tokens(BpeModel& m, const json& j) {
       return b.content == a.content && b.single_word == a.single_word && b.lstrip == a.lstrip && b.rstrip == a.rstrip &&
              b.normalized == a.normalized && b.special == a.special;
     };
-    if (auto it = by_content.find(a.content); it != by_content.end() && by_id.count(it->second) && same(by_id[it->second]))
+    if (auto it = by_content.find(a.content);
+        it != by_content.end() && by_id.count(it->second) && same(by_id[it->second]))
       continue;
-    if (auto it = by_content.find(a.content); it != by_content.end()) a.id = it->second;
-    else if (auto id = m.model_id(a.content)) a.id = *id;
-    else a.id = next_id++;
-    if (a.normalized && !m.normalizers.empty()) m.normalize(a.content, a.decoded);
-    else a.decoded = a.content;
+    if (auto it = by_content.find(a.content); it != by_content.end())
+      a.id = it->second;
+    else if (auto id = m.model_id(a.content))
+      a.id = *id;
+    else
+      a.id = next_id++;
+    if (a.normalized && !m.normalizers.empty())
+      m.normalize(a.content, a.decoded);
+    else
+      a.decoded = a.content;
     by_content[a.content] = a.id;
     if (a.special) specials.push_back(a.content);
     by_id[a.id] = a;
@@ -240,8 +263,10 @@ inline void read_added_tokens(BpeModel& m, const json& j) {
     m.id_tokens[id] = a.decoded;
     m.id_known[id] = 2;
     const auto index = static_cast<std::uint32_t>(m.added.size());
-    if (a.normalized) m.normalized_trie.add(a.decoded, index);
-    else m.raw_trie.add(a.content, index);
+    if (a.normalized)
+      m.normalized_trie.add(a.decoded, index);
+    else
+      m.raw_trie.add(a.content, index);
     m.added.push_back(std::move(a));
   }
   for (const auto& s : specials) m.special_contents.intern(s);
@@ -272,8 +297,10 @@ inline void read_post_processor(BpeModel& m, const json& j) {
           continue;
         }
         const auto name = piece.at("SpecialToken").at("id").get<std::string>();
-        if (!p.at("special_tokens").contains(name)) m.fail("post_processor's template names " + name + ", which its special_tokens lack");
-        for (const auto& id : p["special_tokens"][name].at("ids")) (text ? m.end_ids : m.begin_ids).push_back(id_of(id));
+        if (!p.at("special_tokens").contains(name))
+          m.fail("post_processor's template names " + name + ", which its special_tokens lack");
+        for (const auto& id : p["special_tokens"][name].at("ids"))
+          (text ? m.end_ids : m.begin_ids).push_back(id_of(id));
       }
       if (!text) m.fail("post_processor's single template " + p["single"].dump() + " has no $A");
     } else if (type == "RobertaProcessing" || type == "BertProcessing") {
@@ -281,10 +308,12 @@ inline void read_post_processor(BpeModel& m, const json& j) {
       m.end_ids = {id_of(p.at("sep").at(1))};
     } else {
       m.fail("post_processor " + type_of(p) +
-             " is not supported (TemplateProcessing, RobertaProcessing, BertProcessing, ByteLevel, a Sequence of them, or null)");
+             " is not supported (TemplateProcessing, RobertaProcessing, BertProcessing, ByteLevel, a Sequence of them, "
+             "or null)");
     }
   }
-  if (adding > 1) m.fail("post_processor: a Sequence with more than one processor that adds special tokens is not supported");
+  if (adding > 1)
+    m.fail("post_processor: a Sequence with more than one processor that adds special tokens is not supported");
 }
 
 inline void read_decoder(BpeModel& m, const json& j) {
@@ -303,8 +332,9 @@ inline void read_decoder(BpeModel& m, const json& j) {
       s.kind = BpeModel::Decode::metaspace;
       s.text = p.at("replacement").get<std::string>();
       s.by = " ";
-      s.prepend = p.value("prepend_scheme", "always") != "never" &&
-                  !(p.contains("add_prefix_space") && p["add_prefix_space"].is_boolean() && !p["add_prefix_space"].get<bool>());
+      s.prepend =
+          p.value("prepend_scheme", "always") != "never" &&
+          !(p.contains("add_prefix_space") && p["add_prefix_space"].is_boolean() && !p["add_prefix_space"].get<bool>());
     } else if (type == "Replace" && p.at("pattern").contains("String")) {
       s.kind = BpeModel::Decode::replace;
       s.text = p["pattern"]["String"].get<std::string>();
@@ -320,7 +350,8 @@ inline void read_decoder(BpeModel& m, const json& j) {
       s.stop = p.value("stop", std::size_t{0});
     } else {
       m.fail("decoder " + (type == "Replace" ? "Replace of the pattern " + p["pattern"].dump() : type_of(p)) +
-             " is not supported (ByteLevel, Metaspace, Replace of a string, ByteFallback, Fuse, Strip, a Sequence of them, or null)");
+             " is not supported (ByteLevel, Metaspace, Replace of a string, ByteFallback, Fuse, Strip, a Sequence of "
+             "them, or null)");
     }
     m.decoders->push_back(std::move(s));
   }
@@ -329,19 +360,24 @@ inline void read_decoder(BpeModel& m, const json& j) {
 inline void read_truncation_padding(BpeModel& m, const json& j) {
   if (const auto t = j.value("truncation", json()); !t.is_null()) {
     m.max_length = t.at("max_length").get<std::int64_t>();
+    if (*m.max_length < 0) m.fail("truncation max_length " + std::to_string(*m.max_length) + " is negative");
     m.truncate_left = t.value("direction", "Right") == "Left";
     const auto strategy = t.value("strategy", "LongestFirst");
-    if (strategy == "OnlySecond") m.fail("truncation strategy OnlySecond needs a pair of texts; BpeTokenizer encodes single texts");
-    if (strategy != "LongestFirst" && strategy != "OnlyFirst") m.fail("truncation strategy " + strategy + " is unknown");
+    if (strategy == "OnlySecond")
+      m.fail("truncation strategy OnlySecond needs a pair of texts; BpeTokenizer encodes single texts");
+    if (strategy != "LongestFirst" && strategy != "OnlyFirst")
+      m.fail("truncation strategy " + strategy + " is unknown");
     const auto special = static_cast<std::int64_t>(m.begin_ids.size() + m.end_ids.size());
     if (*m.max_length < special)
-      m.fail("truncation max_length " + std::to_string(*m.max_length) + " is shorter than the " + std::to_string(special) +
-             " special tokens the post-processor adds");
+      m.fail("truncation max_length " + std::to_string(*m.max_length) + " is shorter than the " +
+             std::to_string(special) + " special tokens the post-processor adds");
   }
   if (const auto p = j.value("padding", json()); !p.is_null()) {
     m.padding = true;
-    if (p.at("strategy").is_object()) m.pad_fixed = p["strategy"].at("Fixed").get<std::int64_t>();
-    else if (p["strategy"] != "BatchLongest") m.fail("padding strategy " + p["strategy"].dump() + " is unknown");
+    if (p.at("strategy").is_object())
+      m.pad_fixed = p["strategy"].at("Fixed").get<std::int64_t>();
+    else if (p["strategy"] != "BatchLongest")
+      m.fail("padding strategy " + p["strategy"].dump() + " is unknown");
     m.pad_left = p.value("direction", "Right") == "Left";
     m.pad_id = p.value("pad_id", std::int64_t{0});
     if (p.contains("pad_to_multiple_of") && !p["pad_to_multiple_of"].is_null())
@@ -354,7 +390,8 @@ inline void read_special_ids(BpeModel& m, const json& names) {
     if (!names.contains(key) || !names[key].is_string()) return std::nullopt;
     const auto token = names[key].get<std::string>();
     const auto id = m.token_to_id(token);
-    if (!id) m.fail(std::string(key) + " " + token + " (tokenizer_config.json or with_eos) is not a token of this tokenizer");
+    if (!id)
+      m.fail(std::string(key) + " " + token + " (tokenizer_config.json or with_eos) is not a token of this tokenizer");
     return id;
   };
   const auto added_named = [&](std::initializer_list<std::string_view> list) -> std::optional<std::int64_t> {
@@ -368,7 +405,8 @@ inline void read_special_ids(BpeModel& m, const json& names) {
   if (!m.bos_id) m.bos_id = added_named({"<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>"});
   m.eos_id = named("eos_token");
   if (!m.eos_id && !m.end_ids.empty()) m.eos_id = m.end_ids.back();
-  if (!m.eos_id) m.eos_id = added_named({"</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "<|eot_id|>", "<|im_end|>"});
+  if (!m.eos_id)
+    m.eos_id = added_named({"</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "<|eot_id|>", "<|im_end|>"});
   if (!m.padding) {
     auto pad = named("pad_token");
     if (!pad) pad = added_named({"<pad>", "<|pad|>", "[PAD]"});
@@ -461,7 +499,8 @@ DTRAIN_INLINE BpeEncoding BpeTokenizer::pad(BpeEncoding e, std::int64_t to) cons
   const auto& m = model();
   if (!m.padding) return e;
   auto target = m.pad_fixed.value_or(std::max<std::int64_t>(to, static_cast<std::int64_t>(e.input_ids.size())));
-  if (m.pad_to_multiple_of > 0 && target % m.pad_to_multiple_of != 0) target += m.pad_to_multiple_of - target % m.pad_to_multiple_of;
+  if (m.pad_to_multiple_of > 0 && target % m.pad_to_multiple_of != 0)
+    target += m.pad_to_multiple_of - target % m.pad_to_multiple_of;
   const auto have = static_cast<std::int64_t>(e.input_ids.size());
   if (have >= target) return e;
   const auto n = static_cast<std::size_t>(target - have);
@@ -488,10 +527,12 @@ DTRAIN_INLINE std::optional<std::string> BpeTokenizer::id_to_token(std::int64_t 
 DTRAIN_INLINE BpeTokenizer BpeTokenizer::with_max_length(std::int64_t n, Side side) const {
   const auto& m = model();
   const auto special = static_cast<std::int64_t>(m.begin_ids.size() + m.end_ids.size());
-  if (n < 0) throw DataError("BpeTokenizer::with_max_length: " + std::to_string(n) + " is negative; give 0 for no truncation");
+  if (n < 0)
+    throw DataError("BpeTokenizer::with_max_length: " + std::to_string(n) + " is negative; give 0 for no truncation");
   if (n > 0 && n < special)
-    throw DataError("BpeTokenizer::with_max_length: " + std::to_string(n) + " is shorter than the " + std::to_string(special) +
-                    " special tokens encode() adds; give " + std::to_string(special) + " or more, or 0 for no truncation");
+    throw DataError("BpeTokenizer::with_max_length: " + std::to_string(n) + " is shorter than the " +
+                    std::to_string(special) + " special tokens encode() adds; give " + std::to_string(special) +
+                    " or more, or 0 for no truncation");
   auto j = json();
   if (n == 0) {
     j["truncation"] = nullptr;
@@ -508,8 +549,10 @@ DTRAIN_INLINE BpeTokenizer BpeTokenizer::with_max_length(std::int64_t n, Side si
 DTRAIN_INLINE BpeTokenizer BpeTokenizer::with_padding(Side side) const {
   auto j = json();
   auto p = j["padding"].is_object() ? j["padding"]
-                                    : nlohmann::json{{"strategy", "BatchLongest"}, {"pad_to_multiple_of", nullptr},
-                                                     {"pad_id", pad_id()}, {"pad_type_id", 0},
+                                    : nlohmann::json{{"strategy", "BatchLongest"},
+                                                     {"pad_to_multiple_of", nullptr},
+                                                     {"pad_id", pad_id()},
+                                                     {"pad_type_id", 0},
                                                      {"pad_token", id_to_token(pad_id()).value_or("")}};
   p["direction"] = side == Side::left ? "Left" : "Right";
   j["padding"] = std::move(p);

@@ -3,7 +3,7 @@
 // The bodies of bpe_model.hpp's functions (docs/packaging.md: header-only or compiled once).
 
 #include <algorithm>
-#include <queue>
+#include <atomic>
 
 #include <dtrain/data/detail/bpe_model.hpp>
 
@@ -99,8 +99,8 @@ void cut(const BpeModel& m, const AddedTrie& trie, std::string_view text, Piece&
     auto start = i, stop = i + bytes;
     i = stop;
     const auto& a = m.added[index];
-    if (a.single_word && ((start > 0 && (last_char(start).bits & kWord)) ||
-                          (stop < text.size() && (char_at(text, stop).bits & kWord))))
+    if (a.single_word &&
+        ((start > 0 && (last_char(start).bits & kWord)) || (stop < text.size() && (char_at(text, stop).bits & kWord))))
       continue;
     if (a.lstrip) {
       auto s = start;
@@ -138,8 +138,10 @@ DTRAIN_INLINE void BpeModel::encode(std::string_view text, bool special, std::ve
   if (max_length) {
     const auto room = static_cast<std::size_t>(*max_length) - (special ? begin_ids.size() + end_ids.size() : 0);
     if (ids.size() > room) {
-      if (truncate_left) ids.erase(ids.begin(), ids.end() - static_cast<std::ptrdiff_t>(room));
-      else ids.resize(room);
+      if (truncate_left)
+        ids.erase(ids.begin(), ids.end() - static_cast<std::ptrdiff_t>(room));
+      else
+        ids.resize(room);
     }
   }
   if (special) {
@@ -168,7 +170,7 @@ DTRAIN_INLINE void BpeModel::normalize(std::string_view text, std::string& out) 
   for (const auto& n : normalizers) {
     if (n.kind == Normalize::prepend) {
       if (!out.empty()) out.insert(0, n.text);  // tokenizers' Prepend leaves an empty text empty
-    } else if (!n.text.empty()) {  // Replace: every occurrence, left to right
+    } else if (!n.text.empty()) {               // Replace: every occurrence, left to right
       next.clear();
       std::size_t from = 0;
       for (auto at = out.find(n.text); at != std::string::npos; at = out.find(n.text, from)) {
@@ -181,7 +183,8 @@ DTRAIN_INLINE void BpeModel::normalize(std::string_view text, std::string& out) 
   }
 }
 
-DTRAIN_INLINE void BpeModel::pre_tokenized(std::string_view text, bool at_origin, std::vector<std::int64_t>& ids) const {
+DTRAIN_INLINE void BpeModel::pre_tokenized(std::string_view text, bool at_origin,
+                                           std::vector<std::int64_t>& ids) const {
   if (text.empty()) return;
   if (!metaspace) return split_from(0, text, ids);
   // Metaspace: spaces become the replacement, which is prepended as the scheme says; the text is
@@ -195,12 +198,15 @@ DTRAIN_INLINE void BpeModel::pre_tokenized(std::string_view text, bool at_origin
     if (text[0] != ' ' && text.substr(0, ms.replacement.size()) != ms.replacement) s = ms.replacement;
   }
   for (const char c : text) {
-    if (c == ' ') s += ms.replacement;
-    else s += c;
+    if (c == ' ')
+      s += ms.replacement;
+    else
+      s += c;
   }
   if (!ms.split) return word(s, ids);
   std::size_t from = 0;
-  for (auto at = s.find(ms.replacement, 1); at != std::string::npos; at = s.find(ms.replacement, at + ms.replacement.size())) {
+  for (auto at = s.find(ms.replacement, 1); at != std::string::npos;
+       at = s.find(ms.replacement, at + ms.replacement.size())) {
     if (at > from) word(std::string_view(s).substr(from, at - from), ids);
     from = at;
   }
@@ -244,6 +250,15 @@ DTRAIN_INLINE void BpeModel::word(std::string_view w, std::vector<std::int64_t>&
       return;
     }
   }
+  BpeWordCache* cache = nullptr;
+  if (w.size() < BpeWordCache::kMaxBytes) {
+    cache = &BpeWordCache::of(*this);
+    if (const auto k = cache->words.find(w); k != TokenTable::absent) {
+      const auto i = static_cast<std::size_t>(k);
+      ids.insert(ids.end(), cache->ids.begin() + (i ? cache->ends[i - 1] : 0), cache->ids.begin() + cache->ends[i]);
+      return;
+    }
+  }
   thread_local std::vector<std::uint32_t> symbols;
   thread_local std::string key;
   symbols.clear();
@@ -263,7 +278,9 @@ DTRAIN_INLINE void BpeModel::word(std::string_view w, std::vector<std::int64_t>&
         known(static_cast<std::uint32_t>(id));
         continue;
       }
-      key.assign(k > 0 ? prefix : std::string()).append(bpe::byte_chars()[b]).append(k + 1 == n ? suffix : std::string());
+      key.assign(k > 0 ? prefix : std::string())
+          .append(bpe::byte_chars()[b])
+          .append(k + 1 == n ? suffix : std::string());
       unknown_unit(key, symbols, unk);
     }
   } else {
@@ -275,13 +292,38 @@ DTRAIN_INLINE void BpeModel::word(std::string_view w, std::vector<std::int64_t>&
         unit = key;
       }
       i += c.bytes;
-      if (const auto k = vocab.find(unit); k != TokenTable::absent) known(vocab_ids[static_cast<std::size_t>(k)]);
-      else unknown_unit(unit, symbols, unk);
+      if (const auto k = vocab.find(unit); k != TokenTable::absent)
+        known(vocab_ids[static_cast<std::size_t>(k)]);
+      else
+        unknown_unit(unit, symbols, unk);
     }
   }
   if (unk) symbols.push_back(*unk);
   merge(symbols);
   ids.insert(ids.end(), symbols.begin(), symbols.end());
+  if (cache) {
+    if (cache->ends.size() >= BpeWordCache::kMaxWords) {
+      *cache = BpeWordCache();
+      cache->serial = serial;
+    }
+    cache->words.intern(w);
+    cache->ids.insert(cache->ids.end(), symbols.begin(), symbols.end());
+    cache->ends.push_back(static_cast<std::uint32_t>(cache->ids.size()));
+  }
+}
+
+DTRAIN_INLINE std::uint64_t BpeModel::next_serial() {
+  static std::atomic<std::uint64_t> next{1};
+  return next++;
+}
+
+DTRAIN_INLINE BpeWordCache& BpeWordCache::of(const BpeModel& m) {
+  thread_local BpeWordCache cache;
+  if (cache.serial != m.serial) {
+    cache = BpeWordCache();
+    cache.serial = m.serial;
+  }
+  return cache;
 }
 
 DTRAIN_INLINE void BpeModel::unknown_unit(std::string_view key, std::vector<std::uint32_t>& symbols,
@@ -290,7 +332,8 @@ DTRAIN_INLINE void BpeModel::unknown_unit(std::string_view key, std::vector<std:
     bool all = true;
     for (const char c : key) all = all && byte_fallback_ids[static_cast<unsigned char>(c)] >= 0;
     if (all) {
-      for (const char c : key) symbols.push_back(static_cast<std::uint32_t>(byte_fallback_ids[static_cast<unsigned char>(c)]));
+      for (const char c : key)
+        symbols.push_back(static_cast<std::uint32_t>(byte_fallback_ids[static_cast<unsigned char>(c)]));
       return;
     }
   }
@@ -332,21 +375,27 @@ DTRAIN_INLINE void BpeModel::merge(std::vector<std::uint32_t>& s) const {
   struct Merge {
     std::uint64_t rank_id;  // rank << 32 | merged id
     std::size_t pos;
-    bool operator<(const Merge& o) const {  // std::priority_queue pops the greatest: invert
+    bool operator<(const Merge& o) const {  // the heap's top is the greatest: invert
       const auto rank = rank_id >> 32, other = o.rank_id >> 32;
       return rank != other ? rank > other : pos > o.pos;
     }
   };
   thread_local std::vector<Symbol> sym;
+  thread_local std::vector<Merge> queue;  // a heap: std::push_heap / pop_heap keep the lowest on top
   sym.clear();
+  queue.clear();
+  const auto push = [&](std::uint64_t m, std::size_t pos) {
+    queue.push_back({m, pos});
+    std::push_heap(queue.begin(), queue.end());
+  };
   for (std::size_t k = 0; k < n; ++k)
     sym.push_back({s[k], static_cast<std::int64_t>(k) - 1, k + 1 < n ? static_cast<std::int64_t>(k + 1) : -1, true});
-  std::priority_queue<Merge> queue;
   for (std::size_t k = 0; k + 1 < n; ++k)
-    if (const auto m = merges.find(s[k], s[k + 1]); m != none) queue.push({m, k});
+    if (const auto m = merges.find(s[k], s[k + 1]); m != none) push(m, k);
   while (!queue.empty()) {
-    const auto top = queue.top();
-    queue.pop();
+    std::pop_heap(queue.begin(), queue.end());
+    const auto top = queue.back();
+    queue.pop_back();
     auto& left = sym[top.pos];
     if (!left.alive || left.next < 0) continue;
     const auto right_pos = static_cast<std::size_t>(left.next);
@@ -359,13 +408,14 @@ DTRAIN_INLINE void BpeModel::merge(std::vector<std::uint32_t>& s) const {
     if (right.next >= 0) sym[static_cast<std::size_t>(right.next)].prev = static_cast<std::int64_t>(top.pos);
     if (left.prev >= 0) {
       const auto p = static_cast<std::size_t>(left.prev);
-      if (const auto m = merges.find(sym[p].id, left.id); m != none) queue.push({m, p});
+      if (const auto m = merges.find(sym[p].id, left.id); m != none) push(m, p);
     }
     if (left.next >= 0)
-      if (const auto m = merges.find(left.id, sym[static_cast<std::size_t>(left.next)].id); m != none) queue.push({m, top.pos});
+      if (const auto m = merges.find(left.id, sym[static_cast<std::size_t>(left.next)].id); m != none) push(m, top.pos);
   }
   s.clear();
-  for (std::int64_t k = 0; k >= 0; k = sym[static_cast<std::size_t>(k)].next) s.push_back(sym[static_cast<std::size_t>(k)].id);
+  for (std::int64_t k = 0; k >= 0; k = sym[static_cast<std::size_t>(k)].next)
+    s.push_back(sym[static_cast<std::size_t>(k)].id);
 }
 
 DTRAIN_INLINE std::optional<std::uint32_t> BpeModel::model_id(std::string_view token) const {
@@ -374,7 +424,8 @@ DTRAIN_INLINE std::optional<std::uint32_t> BpeModel::model_id(std::string_view t
   if (byte_level) {
     if (!bpe::token_bytes(token, bytes)) {
       const auto k = unspelled.find(token);
-      return k == TokenTable::absent ? std::nullopt : std::optional<std::uint32_t>(unspelled_ids[static_cast<std::size_t>(k)]);
+      return k == TokenTable::absent ? std::nullopt
+                                     : std::optional<std::uint32_t>(unspelled_ids[static_cast<std::size_t>(k)]);
     }
     key = bytes;
   }
@@ -392,7 +443,8 @@ DTRAIN_INLINE std::optional<std::int64_t> BpeModel::token_to_id(std::string_view
 DTRAIN_INLINE std::string BpeModel::decode(std::span<const std::int64_t> ids, bool skip_special) const {
   std::vector<std::string> tokens;
   for (const auto id : ids) {
-    if (id < 0 || id >= static_cast<std::int64_t>(id_tokens.size()) || !id_known[static_cast<std::size_t>(id)]) continue;
+    if (id < 0 || id >= static_cast<std::int64_t>(id_tokens.size()) || !id_known[static_cast<std::size_t>(id)])
+      continue;
     const auto& t = id_tokens[static_cast<std::size_t>(id)];
     if (skip_special && special_contents.find(t) != TokenTable::absent) continue;
     tokens.push_back(t);
@@ -435,19 +487,28 @@ DTRAIN_INLINE std::string BpeModel::decode(std::span<const std::int64_t> ids, bo
         std::size_t run_bytes = 0;
         const auto flush = [&] {
           if (!run_bytes) return;
-          if (bpe::utf8_lossy(run) == run) out.push_back(run);
-          else out.insert(out.end(), run_bytes, "\xEF\xBF\xBD");
+          if (bpe::utf8_lossy(run) == run)
+            out.push_back(run);
+          else
+            out.insert(out.end(), run_bytes, "\xEF\xBF\xBD");
           run.clear();
           run_bytes = 0;
         };
-        const auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; };
+        const auto hex = [](char c) {
+          return c >= '0' && c <= '9'   ? c - '0'
+                 : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                 : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                        : -1;
+        };
         for (auto& t : tokens) {
           // Rust's u8::from_str_radix(t[3..5], 16): two hex digits, or '+' and one.
           int value = -1;
           if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>') {
             const int hi = hex(t[3]), lo = hex(t[4]);
-            if (hi >= 0 && lo >= 0) value = hi * 16 + lo;
-            else if (t[3] == '+' && lo >= 0) value = lo;
+            if (hi >= 0 && lo >= 0)
+              value = hi * 16 + lo;
+            else if (t[3] == '+' && lo >= 0)
+              value = lo;
           }
           if (value >= 0) {
             run.push_back(static_cast<char>(value));
@@ -472,7 +533,8 @@ DTRAIN_INLINE std::string BpeModel::decode(std::span<const std::int64_t> ids, bo
           const auto is = [&](std::size_t k) { return t.compare(chars[k].first, chars[k].second, d.text) == 0; };
           std::size_t begin = 0, end = chars.size();
           for (std::size_t k = 0; k < d.start && k < chars.size() && is(k); ++k) begin = k + 1;
-          for (std::size_t k = 0; k < d.stop && k < chars.size() && is(chars.size() - k - 1); ++k) end = chars.size() - k - 1;
+          for (std::size_t k = 0; k < d.stop && k < chars.size() && is(chars.size() - k - 1); ++k)
+            end = chars.size() - k - 1;
           const auto from = begin < chars.size() ? chars[begin].first : t.size();
           const auto to = end < chars.size() ? chars[end].first : t.size();
           t = from < to ? t.substr(from, to - from) : std::string();

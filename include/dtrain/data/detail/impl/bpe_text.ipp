@@ -113,7 +113,8 @@ inline std::size_t whitespace(std::string_view s, std::size_t i, bool newlines) 
   return end == s.size() || count == 1 ? end : last;
 }
 
-DTRAIN_INLINE void split(Pattern pattern, std::string_view s, std::vector<std::pair<std::uint32_t, std::uint32_t>>& out) {
+DTRAIN_INLINE void split(Pattern pattern, std::string_view s,
+                         std::vector<std::pair<std::uint32_t, std::uint32_t>>& out) {
   const auto is = [](std::uint8_t bit) { return [bit](const Char& c) { return (c.bits & bit) != 0; }; };
   const auto is_other = [](const Char& c) { return other(c); };
   const std::size_t n = s.size();
@@ -133,17 +134,21 @@ DTRAIN_INLINE void split(Pattern pattern, std::string_view s, std::vector<std::p
       const bool space = a.cp == ' ' && i + 1 < n;
       const auto j = space ? i + 1 : i;
       const auto b = space ? char_at(s, j) : a;
-      if (b.bits & kLetter) end = run(s, j, is(kLetter));
-      else if (b.bits & kNumber) end = run(s, j, is(kNumber));
-      else if (other(b)) end = run(s, j, is_other);
-      else end = whitespace(s, i, false);
+      if (b.bits & kLetter)
+        end = run(s, j, is(kLetter));
+      else if (b.bits & kNumber)
+        end = run(s, j, is(kNumber));
+      else if (other(b))
+        end = run(s, j, is_other);
+      else
+        end = whitespace(s, i, false);
     } else {
       const bool newline = a.cp == '\r' || a.cp == '\n';
       if (a.bits & kLetter) {  // [^\r\n\p{L}\p{N}]?\p{L}+, without the optional character
         end = run(s, i, is(kLetter));
       } else if (!newline && !(a.bits & kNumber) && i + a.bytes < n && (char_at(s, i + a.bytes).bits & kLetter)) {
         end = run(s, i + a.bytes, is(kLetter));  // ... with it
-      } else if (a.bits & kNumber) {  // \p{N}{1,3} (Qwen2: \p{N})
+      } else if (a.bits & kNumber) {             // \p{N}{1,3} (Qwen2: \p{N})
         end = i;
         for (int k = 0, most = pattern == Pattern::llama3 ? 3 : 1; k < most && end < n; ++k) {
           const auto c = char_at(s, end);
