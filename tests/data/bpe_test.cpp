@@ -178,6 +178,25 @@ TEST_CASE("BpeTokenizer's scanners split as GPT-2's and Llama 3's patterns do", 
   CHECK(pieces(P::gpt2, "").empty());
 }
 
+TEST_CASE("BpeTokenizer's NFC composes as tokenizers' does", "[data][bpe]") {
+  std::string out;
+  const auto nfc = [&](std::string_view s) {
+    bpe::nfc(s, out);
+    return out;
+  };
+  CHECK(nfc("plain ASCII, and \u00e9 below U+0300") == "plain ASCII, and \u00e9 below U+0300");
+  CHECK(nfc("e\u0301") == "\u00e9");
+  CHECK(nfc("A\u0301\u0316") == "\u00c1\u0316");  // marks in canonical order; the acute still joins A
+  CHECK(nfc("\u1100\u1161\u11a8") == "\uac01");   // Hangul jamo: L V T
+  CHECK(nfc("\u212b") == "\u00c5");               // the Angstrom sign: a singleton
+  CHECK(nfc("\xff"
+            "e\u0301") == "\xff\u00e9");  // a byte that is not UTF-8 stays
+  auto j = llama3_json();
+  j["normalizer"] = {{"type", "NFC"}};
+  const auto tok = Tokenizer::from_json(j);
+  CHECK(tok.encode("e\u0301", false) == Ids{0xc3, 0xa9});  // é's bytes
+}
+
 TEST_CASE("BpeTokenizer merges lowest rank first, as tokenizers does", "[data][bpe]") {
   const auto tok = Tokenizer::from_json(gpt2_json());
   // a b c: (b c) has rank 0, (a b) rank 1: bc first, then nothing joins a and bc.
@@ -368,9 +387,9 @@ TEST_CASE("BpeTokenizer refuses files it cannot use and names them", "[data][bpe
                        })(),
                        d::DataError, MessageContains({"pre_tokenizer \"Whitespace\" is not supported"}));
   CHECK_THROWS_MATCHES(refused([](json& j) {
-                         j["normalizer"] = {{"type", "NFC"}};
+                         j["normalizer"] = {{"type", "NFKC"}};
                        })(),
-                       d::DataError, MessageContains({"normalizer \"NFC\" is not supported"}));
+                       d::DataError, MessageContains({"normalizer \"NFKC\" is not supported"}));
   CHECK_THROWS_MATCHES(refused([](json& j) {
                          j["decoder"] = {{"type", "WordPiece"}};
                        })(),

@@ -10,11 +10,12 @@ own BpeTrainer on the corpus, in the flavours of the real ones:
   gpt2     ByteLevel pre-tokenizer (GPT-2's pattern), ByteLevel decoder and post-processor,
            <|endoftext|> (normalized, as GPT-2's file has it); and a variant with
            add_prefix_space, added tokens with lstrip / rstrip / single_word, truncation at 64
-           and right padding to a multiple of 8;
+           and right padding to a multiple of 8; and one trained with continuing_subword_prefix
+           "##" and end_of_word_suffix "</w>";
   llama3   Split(Llama 3's pattern, Isolated) then ByteLevel(use_regex=False), ignore_merges,
            Llama 3's special tokens added after the vocabulary, TemplateProcessing
            "<|begin_of_text|> $A"; a variant truncated on the left at 48 and padded on the left;
-           and one with Qwen2's pattern (one digit a piece);
+           and Qwen2's: the NFC normalizer, and its pattern (one digit a piece);
   llama2   byte fallback (<0x00>..<0xFF> in the vocabulary, a small alphabet so that rare
            characters fall back to bytes), unk <unk> fused, Prepend + Replace normalizer, no
            pre-tokenizer (a text is one word: long words), "<s> $A", decoder Replace / ByteFallback
@@ -143,6 +144,18 @@ def gpt2_variant(path):
     tok.enable_truncation(64)
     tok.enable_padding(pad_id=0, pad_token="<|endoftext|>", pad_to_multiple_of=8)
     return save("gpt2_prefix_added", tok)
+
+
+def train_affixes():
+    """GPT-2's flavour with continuing_subword_prefix "##" and end_of_word_suffix "</w>" (CLIP's
+    suffix): a word's units are c, ##c, ##c</w> (c</w> alone), and merges keep them."""
+    tok = Tokenizer(models.BPE(continuing_subword_prefix="##", end_of_word_suffix="</w>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(train_texts, trainers.BpeTrainer(
+        vocab_size=4000, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        continuing_subword_prefix="##", end_of_word_suffix="</w>", show_progress=False))
+    return save("gpt2_affixes", tok)
 
 
 def train_llama3(pattern, name):
@@ -292,12 +305,23 @@ gpt2 = train_gpt2()
 check("gpt2", gpt2, texts, expect_eos="<|endoftext|>", must_see={"<|endoftext|>": ["<|endoftext|>"]})
 check("gpt2_prefix_added", gpt2_variant(gpt2), texts, expect_eos="<|endoftext|>",
       must_see={"<mask>": ["<mask>"], "hello world": ["hello world"], "rstrip_me": [" rstrip_me"]})
+check("gpt2_affixes", train_affixes(), texts)
 llama3 = train_llama3(LLAMA3, "llama3")
 check("llama3", llama3, texts, expect_bos="<|begin_of_text|>", expect_eos="<|end_of_text|>",
       must_see={"special tokens typed": ["<|begin_of_text|>", "<|eot_id|>", "<|end_of_text|>"]})
 check("llama3_left", llama3_variant(llama3), texts, expect_bos="<|begin_of_text|>")
-check("qwen2_digits", edit(llama3, "qwen2_digits",
-                           lambda j: j["pre_tokenizer"]["pretokenizers"][0]["pattern"].update(Regex=QWEN2)), texts)
+
+
+def qwen2(j):  # Qwen2's file: NFC, then Llama 3's pattern with one digit a piece
+    j["normalizer"] = {"type": "NFC"}
+    j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = QWEN2
+
+
+check("qwen2_nfc", edit(llama3, "qwen2_nfc", qwen2), texts)
+nfc_changes = sum(1 for t in texts if normalizers.NFC().normalize_str(t) != t)
+print("qwen2_nfc: NFC changes %d of the texts" % nfc_changes)
+if nfc_changes == 0:
+    fail("qwen2_nfc: no text exercises NFC")
 llama2, mistral, llama2_unk = train_llama2()
 check("llama2_byte_fallback", llama2, texts, expect_bos="<s>", expect_eos="</s>", must_see={"byte fallback": FALLBACK})
 check("mistral_metaspace", mistral, texts, expect_bos="<s>", expect_eos="</s>", must_see={"byte fallback": FALLBACK})

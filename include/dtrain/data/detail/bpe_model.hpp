@@ -114,7 +114,7 @@ struct BpeModel {
 
   // --- Normalizer, pre-tokenizer, post-processor, decoder ------------------------------------
   struct Normalize {
-    enum Kind { prepend, replace } kind;
+    enum Kind { prepend, replace, nfc } kind;
     std::string text, by;  // prepend `text`; replace `text` by `by`
   };
   std::vector<Normalize> normalizers;

@@ -3,8 +3,8 @@
 // The text side of data::BpeTokenizer, as Hugging Face tokenizers does it: the character classes
 // of its regular expressions (bpe_tables.hpp, asked of tokenizers itself by
 // scripts/gen-bpe-tables), GPT-2's and Llama 3's split patterns written out as scanners over code
-// points (no regular expression engine), GPT-2's byte <-> printable character map, and Rust's
-// String::from_utf8_lossy. Included by dtrain/data/detail/bpe_model.hpp.
+// points (no regular expression engine), GPT-2's byte <-> printable character map, Rust's
+// String::from_utf8_lossy, and tokenizers' NFC. Included by dtrain/data/detail/bpe_model.hpp.
 
 #include <array>
 #include <cstddef>
@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include <dtrain/data/detail/bert_text.hpp>
 #include <dtrain/data/detail/bpe_tables.hpp>
 #include <dtrain/version.hpp>
 
@@ -66,6 +67,12 @@ bool token_bytes(std::string_view token, std::string& out);
 
 /// Rust's String::from_utf8_lossy: each maximal invalid subsequence becomes U+FFFD.
 std::string utf8_lossy(std::string_view bytes);
+
+/// tokenizers' NFC normalizer (Qwen2's files), into `out`: its canonical decomposition
+/// (unicode_tables.hpp), the marks in canonical order, then composed again (kCompositions, Hangul
+/// by formula); marks its older Unicode does not know stay where they are. Bytes that are not
+/// UTF-8 are kept.
+void nfc(std::string_view text, std::string& out);
 
 }  // namespace data::detail::bpe
 

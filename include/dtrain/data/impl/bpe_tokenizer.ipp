@@ -205,14 +205,16 @@ inline void read_normalizer(BpeModel& m, const json& j) {
   for (const auto* step : steps) {
     const auto& n = *step;
     const auto type = n.value("type", "");
-    if (type == "Prepend") {
+    if (type == "NFC") {
+      m.normalizers.push_back({BpeModel::Normalize::nfc, {}, {}});
+    } else if (type == "Prepend") {
       m.normalizers.push_back({BpeModel::Normalize::prepend, n.at("prepend").get<std::string>(), {}});
     } else if (type == "Replace" && n.at("pattern").contains("String")) {
       m.normalizers.push_back({BpeModel::Normalize::replace, n["pattern"]["String"].get<std::string>(),
                                n.at("content").get<std::string>()});
     } else {
       m.fail("normalizer " + (type == "Replace" ? "Replace of the pattern " + n["pattern"].dump() : type_of(n)) +
-             " is not supported (Prepend, Replace of a string, a Sequence of them, or null)");
+             " is not supported (NFC, Prepend, Replace of a string, a Sequence of them, or null)");
     }
   }
 }

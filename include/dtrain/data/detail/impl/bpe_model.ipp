@@ -168,7 +168,10 @@ DTRAIN_INLINE void BpeModel::normalize(std::string_view text, std::string& out) 
   out.assign(text);
   thread_local std::string next;
   for (const auto& n : normalizers) {
-    if (n.kind == Normalize::prepend) {
+    if (n.kind == Normalize::nfc) {
+      bpe::nfc(out, next);
+      out.swap(next);
+    } else if (n.kind == Normalize::prepend) {
       if (!out.empty()) out.insert(0, n.text);  // tokenizers' Prepend leaves an empty text empty
     } else if (!n.text.empty()) {               // Replace: every occurrence, left to right
       next.clear();

@@ -237,5 +237,80 @@ DTRAIN_INLINE std::string utf8_lossy(std::string_view s) {
   return out;
 }
 
+// The canonical combining class as tokenizers' NFC has it.
+inline std::uint8_t nfc_class(char32_t c) {
+  using unicode::CodeRange;
+  using unicode::kNfcUnknownMarks;
+  if (c < 0x300 || c >= 0x110000) return 0;
+  const auto* it = std::upper_bound(std::begin(kNfcUnknownMarks), std::end(kNfcUnknownMarks), c,
+                                    [](char32_t x, const CodeRange& r) { return x < r.lo; });
+  if (it != std::begin(kNfcUnknownMarks) && c <= (it - 1)->hi) return 0;
+  return unicode::combining_class(c);
+}
+
+// The canonical composition of `a` then `b`, or 0.
+inline char32_t compose(char32_t a, char32_t b) {
+  using unicode::Composition;
+  using unicode::kCompositions;
+  if (a >= 0x1100 && a <= 0x1112 && b >= 0x1161 && b <= 0x1175) return 0xAC00 + ((a - 0x1100) * 21 + (b - 0x1161)) * 28;
+  if (a >= 0xAC00 && a <= 0xD7A3 && (a - 0xAC00) % 28 == 0 && b >= 0x11A8 && b <= 0x11C2) return a + (b - 0x11A7);
+  const auto* it = std::lower_bound(std::begin(kCompositions), std::end(kCompositions), std::pair{a, b},
+                                    [](const Composition& e, const std::pair<char32_t, char32_t>& k) {
+                                      return e.first != k.first ? e.first < k.first : e.second < k.second;
+                                    });
+  return it != std::end(kCompositions) && it->first == a && it->second == b ? it->composite : 0;
+}
+
+DTRAIN_INLINE void nfc(std::string_view s, std::string& out) {
+  out.clear();
+  // Below U+0300 (UTF-8 lead bytes below 0xCC) every character is its own NFC.
+  if (std::none_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) >= 0xCC; })) {
+    out.assign(s);
+    return;
+  }
+  constexpr char32_t kByte = 0x110000;  // a byte that is not UTF-8: kByte + the byte
+  thread_local std::vector<char32_t> buf;
+  buf.clear();
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = char_at(s, i);
+    if (c.cp >= 0x110000)
+      buf.push_back(kByte + static_cast<unsigned char>(s[i]));
+    else
+      unicode::decompose(c.cp, [&](char32_t d) { buf.push_back(d); });
+    i += c.bytes;
+  }
+  for (std::size_t i = 0; i < buf.size();) {  // canonical order: each run of marks, stably by class
+    auto j = i;
+    while (j < buf.size() && nfc_class(buf[j])) ++j;
+    if (j - i > 1)
+      std::stable_sort(buf.begin() + static_cast<std::ptrdiff_t>(i), buf.begin() + static_cast<std::ptrdiff_t>(j),
+                       [](char32_t x, char32_t y) { return nfc_class(x) < nfc_class(y); });
+    i = j + 1;
+  }
+  // Each character joins the last starter unless blocked: something between them of class 0, or
+  // of its class or higher.
+  std::size_t starter = std::string::npos, kept = 0;
+  std::uint8_t last = 0;
+  for (std::size_t r = 0; r < buf.size(); ++r) {
+    const auto c = buf[r];
+    const auto k = nfc_class(c);
+    if (starter != std::string::npos && (last == 0 || last < k) && c < kByte && buf[starter] < kByte) {
+      if (const auto joined = compose(buf[starter], c)) {
+        buf[starter] = joined;
+        continue;
+      }
+    }
+    if (k == 0) starter = kept;
+    last = k;
+    buf[kept++] = c;
+  }
+  for (std::size_t i = 0; i < kept; ++i) {
+    if (buf[i] >= kByte)
+      out.push_back(static_cast<char>(buf[i] - kByte));
+    else
+      unicode::put_utf8(buf[i], out);
+  }
+}
+
 }  // namespace data::detail::bpe
 DTRAIN_NAMESPACE_END
