@@ -66,10 +66,12 @@ DTRAIN_INLINE nlohmann::json HubJsonReader::rest() const {
   nlohmann::json extra = nlohmann::json::object();
   static const char* const written[] = {"_name_or_path", "architectures", "transformers_version", "model_type",
                                         "torch_dtype", "dtype"};
-  for (const auto& [key, value] : j.items())
+  for (const auto& item : j.items()) {
+    const std::string& key = item.key();
     if (std::find(used.begin(), used.end(), key) == used.end() &&
         std::none_of(std::begin(written), std::end(written), [&](const char* w) { return key == w; }))
-      extra[key] = value;
+      extra[key] = item.value();
+  }
   return extra;
 }
 
