@@ -12,14 +12,12 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <exception>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -156,33 +154,12 @@ std::vector<BpeEncoding> BpeTokenizer::encode_batch(const Range& texts, unsigned
   std::vector<std::string_view> views;
   for (const auto& t : texts) views.emplace_back(t);
   std::vector<BpeEncoding> out(views.size());
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  // Below a few hundred texts a thread costs more than it saves.
-  threads = static_cast<unsigned>(std::min<std::size_t>(threads, std::max<std::size_t>(1, views.size() / 256)));
-  const auto run = [&](std::size_t from, std::size_t to) {
+  detail::for_ranges_on_threads(views.size(), threads, [&](std::size_t from, std::size_t to) {
     for (auto i = from; i < to; ++i) {
       m.encode(views[i], add_special_tokens, out[i].input_ids);
       out[i].attention_mask.assign(out[i].input_ids.size(), 1);
     }
-  };
-  if (threads <= 1) {
-    run(0, views.size());
-  } else {
-    std::vector<std::thread> pool;
-    std::vector<std::exception_ptr> errors(threads);
-    const auto per = (views.size() + threads - 1) / threads;
-    for (unsigned k = 0; k < threads; ++k)
-      pool.emplace_back([&, k] {
-        try {
-          run(std::min(views.size(), k * per), std::min(views.size(), (k + 1) * per));
-        } catch (...) {
-          errors[k] = std::current_exception();
-        }
-      });
-    for (auto& t : pool) t.join();
-    for (auto& e : errors)
-      if (e) std::rethrow_exception(e);
-  }
+  });
   if (m.padding) {
     std::int64_t longest = 0;
     for (const auto& e : out) longest = std::max(longest, static_cast<std::int64_t>(e.input_ids.size()));

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -80,6 +81,12 @@ class TokenTable {
   std::string chars_;              // every string, one after another
   std::vector<std::size_t> ends_;  // string i ends at ends_[i]
 };
+
+/// `run(from, to)` over [0, n) split into contiguous ranges on `threads` threads (0: one a core),
+/// fewer when there are few items (below a few hundred texts a thread costs more than it saves);
+/// the first exception a range threw is rethrown after every thread joined. The tokenizers'
+/// encode_batch.
+void for_ranges_on_threads(std::size_t n, unsigned threads, const std::function<void(std::size_t, std::size_t)>& run);
 
 /// A tokenizer's pad id: its static `pad_id` (WordVocabulary, SentencePieceTokenizer: 0), or its
 /// `pad_id()` (WordPieceTokenizer: the pretrained vocabulary's, read from its files).

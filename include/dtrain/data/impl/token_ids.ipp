@@ -2,6 +2,10 @@
 #pragma once
 // The bodies of token_ids.hpp's functions (docs/packaging.md: header-only or compiled once).
 
+#include <algorithm>
+#include <exception>
+#include <thread>
+
 #include <dtrain/data/token_ids.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -91,6 +95,28 @@ DTRAIN_INLINE void TokenTable::grow() {
     slots_[k] = {static_cast<std::uint32_t>(h), static_cast<std::uint32_t>(i + 1)};
   }
 }
+
+DTRAIN_INLINE void for_ranges_on_threads(std::size_t n, unsigned threads,
+                                        const std::function<void(std::size_t, std::size_t)>& run) {
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  threads = static_cast<unsigned>(std::min<std::size_t>(threads, std::max<std::size_t>(1, n / 256)));
+  if (threads <= 1) return run(0, n);
+  std::vector<std::thread> pool;
+  std::vector<std::exception_ptr> errors(threads);
+  const auto per = (n + threads - 1) / threads;
+  for (unsigned k = 0; k < threads; ++k)
+    pool.emplace_back([&, k] {
+      try {
+        run(std::min(n, k * per), std::min(n, (k + 1) * per));
+      } catch (...) {
+        errors[k] = std::current_exception();
+      }
+    });
+  for (auto& t : pool) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
 }  // namespace detail
 }  // namespace data
 DTRAIN_NAMESPACE_END
