@@ -32,6 +32,13 @@ struct Sandbox {
     dir = fs::temp_directory_path() / ("dtrain_checkpoint_" + std::to_string(rd()) + std::to_string(getpid()));
     fs::create_directories(dir);
   }
+  // Removed with the test: hundreds of runs must not fill the machine's temporary directory.
+  ~Sandbox() {
+    std::error_code ignored;
+    fs::remove_all(dir, ignored);
+  }
+  Sandbox(const Sandbox&) = delete;
+  Sandbox& operator=(const Sandbox&) = delete;
   fs::path storage() const { return dir / "runs"; }
   fs::path run(const std::string& name) const { return storage() / name; }
   fs::path file(const std::string& name) const { return dir / name; }
