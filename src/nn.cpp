@@ -16,6 +16,7 @@
 #include <dtrain/nn/impl/hub_config.ipp>
 #include <dtrain/nn/impl/llama.ipp>
 #include <dtrain/nn/impl/llama_config.ipp>
+#include <dtrain/nn/impl/lora.ipp>
 #include <dtrain/nn/impl/loss.ipp>
 #include <dtrain/nn/impl/packed.ipp>
 #include <dtrain/nn/impl/pretrained.ipp>

@@ -81,11 +81,50 @@ int main(int argc, char** argv) try {
                                                                      dtrain::evaluation::TextInputs{});
   const auto replies = served.generate({"Hello", "The quick"}, {.max_new_tokens = 8});  // each prompt's new text
   // [decoders serve]
+
+  // [lora]
+  // LoRA on 2 workers: adapters on q/k/v/o and gate/up/down, every other parameter frozen, so the
+  // optimizer holds the adapters alone and only their gradients are all-reduced.
+  using LoraTrainer = dtrain::Trainer<Llm, dtrain::data::TensorDataset>;
+  LoraTrainer lora_trainer({.num_workers = 2}, {.storage_path = "runs", .name = "lora", .start = dtrain::Start::fresh});
+  const auto lora_result = lora_trainer.fit([&](LoraTrainer::context& ctx) {
+    Llm llm(dtrain::nn::LlamaConfig::from_pretrained(dir));
+    dtrain::nn::load_pretrained(llm, dir);              // the base first
+    dtrain::nn::add_lora(*llm, {.r = 8, .alpha = 16});  // before prepare_model
+    auto lm = ctx.prepare_model(llm);
+    torch::optim::AdamW opt(ctx.parameters(lm), torch::optim::AdamWOptions(1e-3));  // the adapters
+    for (auto epoch : ctx.epochs(2)) {
+      double loss_sum = 0;
+      int steps = 0;
+      for (auto batch : ctx.shard(texts, 8)) {
+        opt.zero_grad();
+        auto loss = dtrain::nn::causal_lm_loss(ctx.forward(lm, batch.data), batch.target);
+        ctx.backward(loss);
+        ctx.step(opt);
+        loss_sum += loss.item<double>();
+        ++steps;
+      }
+      ctx.report({{"epoch", epoch}, {"loss", ctx.all_reduce(loss_sum / steps)}});
+    }
+    // A PEFT adapter directory: peft.PeftModel.from_pretrained(base, "adapter") loads it.
+    if (ctx.world_rank() == 0) dtrain::nn::save_peft_adapter(*lm, "adapter", {.base_model_name_or_path = dir.string()});
+  });
+  // For serving: the adapter (dtrain's or one PEFT saved) onto the base, folded into its weights.
+  Llm merged(dtrain::nn::LlamaConfig::from_pretrained(dir));
+  dtrain::nn::load_pretrained(merged, dir);
+  dtrain::nn::load_peft_adapter(*merged, "adapter");
+  dtrain::nn::merge_lora(*merged);
+  dtrain::nn::save_pretrained(merged, "merged");  // a plain model directory again
+  // [lora]
   std::cout << "decoders: " << report.loaded << " tensors, loss " << loss.item<double>() << ", greedy [" << greedy.size(0)
             << ", " << greedy.size(1) << "], sampled [" << sampled.size(0) << ", " << sampled.size(1) << "], exported "
             << model->config.causal_lm_architecture() << "\n";
   std::cout << "served: " << result.metrics_history.size() << " reports, " << replies.size() << " replies, the first "
             << replies[0].size() << " bytes\n";
+  const auto lora_losses = lora_result.metrics_history.column("loss");
+  std::cout << "lora: " << lora_losses.size() << " reports, loss " << (lora_losses.back() < lora_losses.front() ? "falls" : "does not fall")
+            << ", adapter " << dtrain::weights::read("adapter/adapter_model.safetensors").size() << " tensors, merged "
+            << merged->named_parameters().size() << " tensors\n";
   return 0;
 } catch (const std::exception& e) {
   std::cerr << "snippets_decoders: " << e.what() << "\n";

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // dtrain's model umbrella (docs/models.md): the model families with the published checkpoints'
-// names (BERT, ViT, ResNet; the decoders Llama, Mistral, Qwen2 and GPT-2 with generation) and their layers, the models a checkpoint describes
+// names (BERT, ViT, ResNet; the decoders Llama, Mistral, Qwen2 and GPT-2 with generation; LoRA adapters PEFT loads) and their layers, the models a checkpoint describes
 // (checkpointer/model_config.hpp), and the weights files (safetensors, sharded indexes, torch.save
 // pickles).
 
@@ -14,6 +14,7 @@
 #include <dtrain/nn/gpt2.hpp>
 #include <dtrain/nn/llama.hpp>
 #include <dtrain/nn/llama_config.hpp>
+#include <dtrain/nn/lora.hpp>
 #include <dtrain/nn/loss.hpp>
 #include <dtrain/nn/packed.hpp>
 #include <dtrain/nn/resnet.hpp>

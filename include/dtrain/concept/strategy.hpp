@@ -96,11 +96,17 @@ struct strategy_traits {
     }
   }
 
-  /// The tensors to build the optimizer over: s.parameters(), or the module's parameters.
+  /// The tensors to build the optimizer over: s.parameters(), or the module's trainable parameters.
   template <class State>
   static std::vector<torch::Tensor> parameters(State& s, const torch::nn::Module& module) {
     if constexpr (requires { s.parameters(); }) return s.parameters();
-    else return module.parameters();
+    else {
+      // What trains: frozen parameters (a LoRA base, a frozen backbone) get no gradient nor state.
+      std::vector<torch::Tensor> trainable;
+      for (const auto& p : module.parameters())
+        if (p.requires_grad()) trainable.push_back(p);
+      return trainable;
+    }
   }
 
   /// s.forward(f), or f(): the model's forward through the strategy.

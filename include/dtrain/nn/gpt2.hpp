@@ -36,6 +36,7 @@
 #include <dtrain/error.hpp>
 #include <dtrain/nn/decoder.hpp>
 #include <dtrain/nn/llama_config.hpp>
+#include <dtrain/nn/lora.hpp>
 #include <dtrain/nn/pretrained.hpp>
 #include <dtrain/weights.hpp>
 
@@ -77,10 +78,13 @@ struct GPT2Config {
 inline void to_json(nlohmann::json& j, const GPT2Config& c) { j = c.to_json(); }
 inline void from_json(const nlohmann::json& j, GPT2Config& c) { c = GPT2Config::from_json(j); }
 
-/// GPT-2's Conv1D: weight [in, out], bias [out]; forward is x @ weight + bias.
-struct GPT2Conv1DImpl : torch::nn::Module {
+/// GPT-2's Conv1D: weight [in, out], bias [out]; forward is x @ weight + bias. Its LoRA slot is
+/// PEFT's fan_in_fan_out: the adapters are [r, in] and [out, r] as for a Linear.
+struct GPT2Conv1DImpl : torch::nn::Module, LoraLayer {
   GPT2Conv1DImpl(std::int64_t in, std::int64_t out);
   torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight_out_in() const override { return weight.t(); }
+  bool fan_in_fan_out() const override { return true; }
   torch::Tensor weight, bias;
 };
 TORCH_MODULE(GPT2Conv1D);
@@ -136,7 +140,7 @@ struct GPT2LMHeadModelImpl : torch::nn::Module {
 
   Config config;
   GPT2Model transformer{nullptr};
-  torch::nn::Linear lm_head{nullptr};  // null when tied (always, for the hub's GPT-2s)
+  Linear lm_head{nullptr};  // null when tied (always, for the hub's GPT-2s)
 };
 TORCH_MODULE(GPT2LMHeadModel);
 

@@ -37,6 +37,7 @@
 #include <dtrain/error.hpp>
 #include <dtrain/nn/decoder.hpp>
 #include <dtrain/nn/llama_config.hpp>
+#include <dtrain/nn/lora.hpp>
 #include <dtrain/nn/pretrained.hpp>
 #include <dtrain/weights.hpp>
 
@@ -53,7 +54,7 @@ struct LlamaAttentionImpl : torch::nn::Module {
 
   LlamaConfig config;
   std::int64_t layer_index;
-  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};  // nn::Linear: LoRA can adapt them
 };
 TORCH_MODULE(LlamaAttention);
 
@@ -63,7 +64,7 @@ struct LlamaMLPImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
 
   std::string act;
-  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(LlamaMLP);
 
@@ -117,7 +118,7 @@ struct LlamaForCausalLMImpl : torch::nn::Module {
 
   Config config;
   LlamaModel model{nullptr};
-  torch::nn::Linear lm_head{nullptr};  // null when config.tie_word_embeddings
+  Linear lm_head{nullptr};  // null when config.tie_word_embeddings
 };
 TORCH_MODULE(LlamaForCausalLM);
 

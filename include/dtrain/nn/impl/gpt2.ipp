@@ -83,7 +83,8 @@ DTRAIN_INLINE GPT2Conv1DImpl::GPT2Conv1DImpl(std::int64_t in, std::int64_t out) 
 DTRAIN_INLINE torch::Tensor GPT2Conv1DImpl::forward(const torch::Tensor& x) {
   auto sizes = x.sizes().vec();
   sizes.back() = weight.size(1);
-  return at::addmm(bias, x.reshape({-1, x.size(-1)}), weight).view(sizes);
+  auto y = at::addmm(bias, x.reshape({-1, x.size(-1)}), weight).view(sizes);
+  return has_lora() ? y + lora_delta(x, is_training()) : y;
 }
 
 DTRAIN_INLINE GPT2AttentionImpl::GPT2AttentionImpl(const GPT2Config& c, std::int64_t layer_index)
@@ -156,20 +157,22 @@ DTRAIN_INLINE torch::Tensor GPT2ModelImpl::forward(const torch::Tensor& input_id
 DTRAIN_INLINE GPT2LMHeadModelImpl::GPT2LMHeadModelImpl(const Config& c) : config(c) {
   transformer = register_module("transformer", GPT2Model(c));
   if (!c.tie_word_embeddings) {
-    lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.n_embd, c.vocab_size).bias(false)));
+    lm_head = register_module("lm_head", Linear(c.n_embd, c.vocab_size, false));
     detail::init_decoder_weights(*lm_head, c.initializer_range);
   }
 }
 
 DTRAIN_INLINE torch::Tensor GPT2LMHeadModelImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                                                          const torch::Tensor& position_ids, KVCache* cache) {
-  return at::linear(transformer(input_ids, attention_mask, position_ids, cache), head_weight());
+  const auto x = transformer(input_ids, attention_mask, position_ids, cache);
+  return lm_head ? lm_head(x) : at::linear(x, head_weight());
 }
 
 DTRAIN_INLINE torch::Tensor GPT2LMHeadModelImpl::next_token_logits(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                                                                    const torch::Tensor& position_ids, KVCache& cache) {
   const auto x = transformer(input_ids, attention_mask, position_ids, &cache);
-  return at::linear(x.select(1, x.size(1) - 1), head_weight());
+  const auto last = x.select(1, x.size(1) - 1);
+  return lm_head ? lm_head(last) : at::linear(last, head_weight());
 }
 
 }  // namespace nn

@@ -12,42 +12,33 @@ namespace nn {
 
 DTRAIN_INLINE LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c, std::int64_t layer_index)
     : config(c), layer_index(layer_index) {
-  const auto linear = [&](std::int64_t in, std::int64_t out, bool bias) {
-    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
-  };
-  q_proj = register_module("q_proj", linear(c.hidden_size, c.num_attention_heads * c.head_dim, c.qkv_bias()));
-  k_proj = register_module("k_proj", linear(c.hidden_size, c.num_key_value_heads * c.head_dim, c.qkv_bias()));
-  v_proj = register_module("v_proj", linear(c.hidden_size, c.num_key_value_heads * c.head_dim, c.qkv_bias()));
-  o_proj = register_module("o_proj", linear(c.num_attention_heads * c.head_dim, c.hidden_size, c.o_bias()));
+  q_proj = register_module("q_proj", Linear(c.hidden_size, c.num_attention_heads * c.head_dim, c.qkv_bias()));
+  k_proj = register_module("k_proj", Linear(c.hidden_size, c.num_key_value_heads * c.head_dim, c.qkv_bias()));
+  v_proj = register_module("v_proj", Linear(c.hidden_size, c.num_key_value_heads * c.head_dim, c.qkv_bias()));
+  o_proj = register_module("o_proj", Linear(c.num_attention_heads * c.head_dim, c.hidden_size, c.o_bias()));
 }
 
 DTRAIN_INLINE torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                                                         const DecoderMask& mask, KVCache* cache) {
   const auto batch = x.size(0), tokens = x.size(1), width = config.head_dim;
-  const auto heads = [&](const torch::nn::Linear& proj, std::int64_t n) {
-    return at::linear(x, proj->weight, proj->bias).view({batch, tokens, n, width}).transpose(1, 2);
-  };
+  const auto heads = [&](Linear& proj, std::int64_t n) { return proj(x).view({batch, tokens, n, width}).transpose(1, 2); };
   auto q = apply_rope(heads(q_proj, config.num_attention_heads), cos, sin);
   auto k = apply_rope(heads(k_proj, config.num_key_value_heads), cos, sin);
   auto v = heads(v_proj, config.num_key_value_heads);
   if (cache) std::tie(k, v) = cache->append(static_cast<std::size_t>(layer_index), k, v);
   const auto out = decoder_attention(q, k, v, mask, 1.0 / std::sqrt(static_cast<double>(width)), config.attention_dropout,
                                      is_training());
-  return at::linear(out, o_proj->weight, o_proj->bias);
+  return o_proj(out);
 }
 
 DTRAIN_INLINE LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& c) : act(c.hidden_act) {
-  const auto linear = [&](std::int64_t in, std::int64_t out) {
-    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(c.mlp_bias));
-  };
-  gate_proj = register_module("gate_proj", linear(c.hidden_size, c.intermediate_size));
-  up_proj = register_module("up_proj", linear(c.hidden_size, c.intermediate_size));
-  down_proj = register_module("down_proj", linear(c.intermediate_size, c.hidden_size));
+  gate_proj = register_module("gate_proj", Linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
+  up_proj = register_module("up_proj", Linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
+  down_proj = register_module("down_proj", Linear(c.intermediate_size, c.hidden_size, c.mlp_bias));
 }
 
 DTRAIN_INLINE torch::Tensor LlamaMLPImpl::forward(const torch::Tensor& x) {
-  const auto gate = detail::hub_activation(act, at::linear(x, gate_proj->weight, gate_proj->bias));
-  return at::linear(gate * at::linear(x, up_proj->weight, up_proj->bias), down_proj->weight, down_proj->bias);
+  return down_proj(detail::hub_activation(act, gate_proj(x)) * up_proj(x));
 }
 
 DTRAIN_INLINE LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& c, std::int64_t layer_index) {
@@ -96,20 +87,22 @@ DTRAIN_INLINE torch::Tensor LlamaModelImpl::forward(const torch::Tensor& input_i
 DTRAIN_INLINE LlamaForCausalLMImpl::LlamaForCausalLMImpl(const Config& c) : config(c) {
   model = register_module("model", LlamaModel(c));
   if (!c.tie_word_embeddings) {
-    lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.hidden_size, c.vocab_size).bias(false)));
+    lm_head = register_module("lm_head", Linear(c.hidden_size, c.vocab_size, false));
     detail::init_decoder_weights(*lm_head, c.initializer_range);
   }
 }
 
 DTRAIN_INLINE torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                                                           const torch::Tensor& position_ids, KVCache* cache) {
-  return at::linear(model(input_ids, attention_mask, position_ids, cache), head_weight());
+  const auto h = model(input_ids, attention_mask, position_ids, cache);
+  return lm_head ? lm_head(h) : at::linear(h, head_weight());
 }
 
 DTRAIN_INLINE torch::Tensor LlamaForCausalLMImpl::next_token_logits(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                                                                     const torch::Tensor& position_ids, KVCache& cache) {
   const auto h = model(input_ids, attention_mask, position_ids, &cache);
-  return at::linear(h.select(1, h.size(1) - 1), head_weight());
+  const auto last = h.select(1, h.size(1) - 1);
+  return lm_head ? lm_head(last) : at::linear(last, head_weight());
 }
 
 }  // namespace nn

@@ -17,6 +17,10 @@ DTRAIN_INLINE void write_pretrained(const torch::nn::Module& module, const std::
 
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
   for (const auto& p : module.named_parameters(true)) {
+    if (p.key().find(".lora_A.") != std::string::npos)
+      throw Error("nn::save_pretrained(" + dir.string() + "): the model has LoRA adapters (" + p.key() +
+                  "), which transformers would not load; nn::merge_lora folds them into the base weights first, "
+                  "or nn::save_peft_adapter writes them as a PEFT adapter");
     if (p.value().numel() == 0)
       throw Error("nn::save_pretrained(" + dir.string() + "): the parameter \"" + p.key() +
                   "\" holds no values (a model sharded by fsdp<>?); export the model a checkpoint restores "

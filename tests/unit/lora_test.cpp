@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: Apache-2.0
+// nn/lora.hpp: adapters on the layers a config names, the rest frozen (and out of the optimizer),
+// an adapted model equal to its base until it trains, merge equal to the adapted forward, refusals
+// that name the fix; and, through the Python environment of scripts/python-env
+// (tests/unit/lora_reference.py: PEFT adapters with random A and B on decoder_reference.py's seeded
+// models), PEFT's adapters loading into dtrain and dtrain's into PEFT, with equal logits.
+
+#include "../dtrain_catch.hpp"
+#include "vit_test_support.hpp"
+
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include <dtrain/nn/gpt2.hpp>
+#include <dtrain/nn/llama.hpp>
+#include <dtrain/nn/lora.hpp>
+#include <dtrain/nn/loss.hpp>
+#include <dtrain/weights.hpp>
+
+namespace fs = std::filesystem;
+namespace nn = dtrain::nn;
+namespace weights = dtrain::weights;
+using vit_test::Dir;
+using vit_test::error_of;
+
+namespace {
+
+nn::LlamaConfig small_llama() {
+  nn::LlamaConfig c;
+  c.vocab_size = 50;
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 8;
+  c.initializer_range = 0.3;
+  return c;
+}
+
+double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+// Gives every adapter's B random values, as training would (B starts at zero).
+void perturb_adapters(torch::nn::Module& model) {
+  torch::NoGradGuard no_grad;
+  for (auto& [name, p] : nn::lora_parameters(model))
+    if (name.find("lora_B") != std::string::npos) p.normal_(0, 0.2);
+}
+
+}  // namespace
+
+TEST_CASE("lora_adapts_the_named_layers_freezes_the_rest_and_merges", "[nn]") {
+  torch::manual_seed(0);
+  nn::LlamaForCausalLM model(small_llama());
+  model->eval();
+  const auto ids = torch::randint(3, 50, {2, 7});
+  torch::Tensor base;
+  {
+    torch::NoGradGuard no_grad;
+    base = model(ids);
+  }
+  const auto adapted = nn::add_lora(*model, {.r = 4, .alpha = 16, .target_modules = {"q_proj", "v_proj", "down_proj"}});
+  CHECK(adapted == std::vector<std::string>{"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.v_proj",
+                                            "model.layers.0.mlp.down_proj", "model.layers.1.self_attn.q_proj",
+                                            "model.layers.1.self_attn.v_proj", "model.layers.1.mlp.down_proj"});
+  // Only the adapters train, with PEFT's shapes and names.
+  std::vector<std::string> trainable;
+  for (const auto& p : model->named_parameters())
+    if (p.value().requires_grad()) trainable.push_back(p.key());
+  CHECK(trainable.size() == 12);
+  CHECK(trainable.front() == "model.layers.0.self_attn.q_proj.lora_A.weight");
+  CHECK(model->model->layers[0]->as<nn::LlamaDecoderLayerImpl>()->self_attn->q_proj->lora_A->weight.sizes() ==
+        torch::IntArrayRef{4, 32});
+  CHECK(model->model->layers[0]->as<nn::LlamaDecoderLayerImpl>()->mlp->down_proj->lora_B->weight.sizes() ==
+        torch::IntArrayRef{32, 4});
+  {
+    torch::NoGradGuard no_grad;  // B starts at zero: the adapted model computes what its base did
+    CHECK(torch::equal(model(ids), base));
+  }
+  // One step: the adapters get gradients, the base none.
+  nn::causal_lm_loss(model(ids), ids).backward();
+  for (const auto& p : model->named_parameters())
+    CHECK(p.value().grad().defined() == (p.key().find(".lora_") != std::string::npos));
+
+  perturb_adapters(*model);
+  torch::Tensor with_adapters;
+  {
+    torch::NoGradGuard no_grad;
+    with_adapters = model(ids);
+  }
+  CHECK(max_diff(with_adapters, base) > 1e-3);
+  CHECK(error_of([&] { nn::save_pretrained(model, Dir("lora_unmerged").path); }).find("merge_lora") != std::string::npos);
+  CHECK(nn::merge_lora(*model) == 6);
+  CHECK(nn::lora_parameters(*model).empty());
+  torch::NoGradGuard no_grad;
+  CHECK(max_diff(model(ids), with_adapters) <= 1e-5);
+  CHECK(model->named_parameters().size() == nn::LlamaForCausalLM(small_llama())->named_parameters().size());
+}
+
+TEST_CASE("lora_rslora_scaling_pattern_targets_and_gpt2_conv1d", "[nn]") {
+  CHECK(nn::LoraConfig{.r = 16, .alpha = 32}.scaling() == 2.0);
+  CHECK(nn::LoraConfig{.r = 16, .alpha = 32, .use_rslora = true}.scaling() == 8.0);
+  torch::manual_seed(1);
+  nn::LlamaForCausalLM llama(small_llama());
+  const auto by_pattern = nn::add_lora(*llama, {.target_pattern = R"(model\.layers\.1\..*_proj)"});
+  CHECK(by_pattern.size() == 7);
+  CHECK(by_pattern.front() == "model.layers.1.self_attn.q_proj");
+
+  // GPT-2's Conv1D stores [in, out]: the adapters are [r, in] and [out, r], and merge transposes.
+  nn::GPT2Config g;
+  g.vocab_size = 50;
+  g.n_embd = 32;
+  g.n_layer = 1;
+  g.n_head = 4;
+  g.n_positions = 16;
+  nn::GPT2LMHeadModel gpt2(g);
+  gpt2->eval();
+  nn::add_lora(*gpt2, {.r = 2, .target_modules = {"c_attn"}});
+  const auto& c_attn = gpt2->transformer->h[0]->as<nn::GPT2BlockImpl>()->attn->c_attn;
+  CHECK(c_attn->lora_A->weight.sizes() == torch::IntArrayRef{2, 32});
+  CHECK(c_attn->lora_B->weight.sizes() == torch::IntArrayRef{96, 2});
+  perturb_adapters(*gpt2);
+  const auto ids = torch::randint(0, 50, {2, 5});
+  torch::NoGradGuard no_grad;
+  const auto adapted = gpt2(ids);
+  nn::merge_lora(*gpt2);
+  CHECK(max_diff(gpt2(ids), adapted) <= 1e-5);
+}
+
+TEST_CASE("lora_refusals_name_the_fix", "[nn]") {
+  nn::LlamaForCausalLM model(small_llama());
+  const auto refused = [&](nn::LoraConfig c) { return error_of([&] { nn::add_lora(*model, c); }); };
+  const auto nothing = refused({.target_modules = {"q_proj", "query"}});
+  CHECK(nothing.find("\"query\" matches no layer") != std::string::npos);
+  CHECK(nothing.find("q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, lm_head") != std::string::npos);
+  CHECK(refused({.target_modules = {"self_attn"}}).find("has no LoRA slot") != std::string::npos);
+  CHECK(refused({.target_modules = {"embed_tokens"}}).find("has no LoRA slot") != std::string::npos);
+  CHECK(refused({.r = 0}).find("r is 0") != std::string::npos);
+  CHECK(refused({.dropout = 1.0}).find("dropout") != std::string::npos);
+  CHECK(refused({.target_pattern = "(unclosed"}).find("not a regular expression") != std::string::npos);
+  CHECK(refused({.target_pattern = "nothing"}).find("matches no layer") != std::string::npos);
+  // Nothing refused changed the model: every parameter still trains, no adapter.
+  for (const auto& p : model->parameters()) CHECK(p.requires_grad());
+  nn::add_lora(*model);
+  CHECK(refused({}).find("already has a LoRA adapter") != std::string::npos);
+  CHECK(error_of([&] { nn::save_peft_adapter(*nn::LlamaForCausalLM(small_llama()), Dir("lora_none").path); })
+            .find("no LoRA adapter") != std::string::npos);
+}
+
+namespace {
+void run_reference(const std::string& args) {
+  const auto r = dtrain_test::run_command(std::string(DTRAIN_VENV_PYTHON) + " " + DTRAIN_LORA_REFERENCE + " " + args);
+  INFO(r.output);
+  std::cout << r.output;
+  REQUIRE(r.status == 0);
+}
+
+// `name`'s base with PEFT's adapter loaded by dtrain: the PeftModel's logits; then dtrain's export
+// of the adapter (trained a step further) loaded by PEFT with dtrain's logits.
+template <class Model>
+void round_trip(const fs::path& dir, const std::string& name) {
+  using Config = typename Model::Impl::Config;
+  Model model(Config::from_pretrained(dir / name));
+  nn::load_pretrained(model, dir / name);
+  const auto config = nn::load_peft_adapter(*model, dir / (name + "_peft"));
+  CHECK(config.r == 4);
+  model->eval();
+  std::map<std::string, torch::Tensor> ref;
+  for (auto& [key, tensor] : weights::read(dir / (name + "_peft.safetensors"))) ref[key] = tensor;
+  const auto ids = ref.at("input_ids"), mask = ref.at("attention_mask");
+  {
+    torch::NoGradGuard no_grad;
+    const double gap = max_diff(model(ids, mask), ref.at("logits"));
+    std::cout << name << ": PEFT's adapter in dtrain, logits within " << gap << "\n";
+    CHECK(gap <= 1e-5);
+  }
+  model->train();
+  std::vector<torch::Tensor> adapters;
+  for (const auto& [key, p] : nn::lora_parameters(*model)) adapters.push_back(p);
+  torch::optim::AdamW opt(adapters, torch::optim::AdamWOptions(1e-2));
+  nn::causal_lm_loss(model(ids, mask), ids.masked_fill(mask == 0, -100)).backward();
+  opt.step();
+  model->eval();
+  nn::save_peft_adapter(*model, dir / (name + "_dtrain"), {.base_model_name_or_path = (dir / name).string()});
+  torch::NoGradGuard no_grad;
+  weights::save_safetensors(dir / (name + "_dtrain.safetensors"),
+                            {{"input_ids", ids}, {"attention_mask", mask}, {"logits", model(ids, mask)}});
+  run_reference("check " + (dir / name).string() + " " + (dir / (name + "_dtrain")).string() + " " +
+                (dir / (name + "_dtrain.safetensors")).string());
+}
+}  // namespace
+
+TEST_CASE("lora_peft_adapters_load_both_ways_with_equal_logits", "[nn][python]") {
+  Dir dir("lora_peft");
+  run_reference("make " + dir.path.string());
+  round_trip<nn::LlamaForCausalLM>(dir.path, "llama");  // rslora, six of the seven projections
+  round_trip<nn::GPT2LMHeadModel>(dir.path, "gpt2");    // Conv1D: fan_in_fan_out
+
+  // An adapter of another base: Llama's q_proj into GPT-2, GPT-2's c_attn into a Llama; and a
+  // Llama of other widths. The refused model keeps no adapter and still trains in full.
+  nn::GPT2LMHeadModel gpt2(nn::GPT2Config::from_pretrained(dir.path / "gpt2"));
+  CHECK(error_of([&] { nn::load_peft_adapter(*gpt2, dir.path / "llama_peft"); }).find("matches no layer") != std::string::npos);
+  auto other = small_llama();
+  nn::LlamaForCausalLM narrow(other);
+  const auto shapes = error_of([&] { nn::load_peft_adapter(*narrow, dir.path / "llama_peft"); });
+  CHECK(shapes.find("another base") != std::string::npos);
+  CHECK(nn::lora_parameters(*narrow).empty());
+  for (const auto& p : narrow->parameters()) CHECK(p.requires_grad());
+  CHECK(error_of([&] { nn::load_peft_adapter(*narrow, dir.path / "missing"); }).find("adapter_config.json") != std::string::npos);
+}
