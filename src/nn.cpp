@@ -20,6 +20,7 @@
 #include <dtrain/nn/impl/loss.ipp>
 #include <dtrain/nn/impl/packed.ipp>
 #include <dtrain/nn/impl/pretrained.ipp>
+#include <dtrain/nn/impl/recompute.ipp>
 #include <dtrain/nn/impl/resnet.ipp>
 #include <dtrain/nn/impl/vit.ipp>
 #include <dtrain/nn/impl/vit_config.ipp>

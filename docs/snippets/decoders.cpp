@@ -91,6 +91,7 @@ int main(int argc, char** argv) try {
     Llm llm(dtrain::nn::LlamaConfig::from_pretrained(dir));
     dtrain::nn::load_pretrained(llm, dir);              // the base first
     dtrain::nn::add_lora(*llm, {.r = 8, .alpha = 16});  // before prepare_model
+    llm->gradient_checkpointing_enable();              // each layer recomputed in backward: less memory
     auto lm = ctx.prepare_model(llm);
     torch::optim::AdamW opt(ctx.parameters(lm), torch::optim::AdamWOptions(1e-3));  // the adapters
     for (auto epoch : ctx.epochs(2)) {

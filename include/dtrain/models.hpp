@@ -17,6 +17,7 @@
 #include <dtrain/nn/lora.hpp>
 #include <dtrain/nn/loss.hpp>
 #include <dtrain/nn/packed.hpp>
+#include <dtrain/nn/recompute.hpp>
 #include <dtrain/nn/resnet.hpp>
 #include <dtrain/nn/vit.hpp>
 #include <dtrain/weights.hpp>

@@ -8,6 +8,7 @@
 #include "../dtrain_catch.hpp"
 #include "vit_test_support.hpp"
 
+#include <algorithm>
 #include <iostream>
 #include <map>
 #include <string>
@@ -15,6 +16,7 @@
 
 #include <torch/torch.h>
 
+#include <dtrain/checkpointer/checkpoint.hpp>
 #include <dtrain/nn/gpt2.hpp>
 #include <dtrain/nn/llama.hpp>
 #include <dtrain/nn/lora.hpp>
@@ -149,6 +151,14 @@ TEST_CASE("lora_refusals_name_the_fix", "[nn]") {
   for (const auto& p : model->parameters()) CHECK(p.requires_grad());
   nn::add_lora(*model);
   CHECK(refused({}).find("already has a LoRA adapter") != std::string::npos);
+  // A checkpoint's state with adapters into a model without them: refused, not served as the base.
+  std::map<std::string, torch::Tensor> state;
+  for (const auto& p : model->named_parameters()) state.emplace(p.key(), p.value());
+  nn::LlamaForCausalLM plain(small_llama());
+  CHECK(error_of([&] { dtrain::checkpointer::Checkpoint::load_tensors(*plain, state, "model.pt"); }).find("nn::add_lora") !=
+        std::string::npos);
+  nn::add_lora(*plain);
+  dtrain::checkpointer::Checkpoint::load_tensors(*plain, state, "model.pt");  // with them, it loads
   CHECK(error_of([&] { nn::save_peft_adapter(*nn::LlamaForCausalLM(small_llama()), Dir("lora_none").path); })
             .find("no LoRA adapter") != std::string::npos);
 }
@@ -213,4 +223,59 @@ TEST_CASE("lora_peft_adapters_load_both_ways_with_equal_logits", "[nn][python]")
   CHECK(nn::lora_parameters(*narrow).empty());
   for (const auto& p : narrow->parameters()) CHECK(p.requires_grad());
   CHECK(error_of([&] { nn::load_peft_adapter(*narrow, dir.path / "missing"); }).find("adapter_config.json") != std::string::npos);
+}
+
+namespace {
+// Loss and every trainable parameter's gradient after one forward and backward in training mode,
+// from the same seed (dropout draws included).
+template <class Model>
+std::pair<torch::Tensor, std::vector<torch::Tensor>> loss_and_grads(Model& model, const torch::Tensor& ids, bool recompute) {
+  model->gradient_checkpointing_enable(recompute);
+  model->train();
+  model->zero_grad();
+  torch::manual_seed(42);
+  const auto loss = nn::causal_lm_loss(model(ids), ids);
+  loss.backward();
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : model->parameters())
+    if (p.requires_grad()) grads.push_back(p.grad().clone());
+  return {loss.detach(), grads};
+}
+
+template <class Model>
+void check_recompute_equals_plain(Model& model, const torch::Tensor& ids) {
+  const auto [plain_loss, plain] = loss_and_grads(model, ids, false);
+  const auto [loss, grads] = loss_and_grads(model, ids, true);
+  CHECK(torch::equal(loss, plain_loss));
+  REQUIRE(grads.size() == plain.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < grads.size(); ++i) worst = std::max(worst, max_diff(grads[i], plain[i]));
+  std::cout << "recomputed in backward: " << grads.size() << " gradients within " << worst << " of the plain run's\n";
+  CHECK(worst <= 1e-6);
+}
+}  // namespace
+
+TEST_CASE("causal_lm_gradient_checkpointing_equals_the_plain_run", "[nn]") {
+  torch::manual_seed(3);
+  const auto ids = torch::randint(3, 50, {2, 9});
+  nn::LlamaForCausalLM llama(small_llama());  // every parameter trains
+  check_recompute_equals_plain(llama, ids);
+  nn::add_lora(*llama, {.r = 4, .dropout = 0.2});  // a frozen base; LoRA's dropout draws again in backward
+  perturb_adapters(*llama);
+  check_recompute_equals_plain(llama, ids);
+
+  nn::GPT2Config g;
+  g.vocab_size = 50;
+  g.n_embd = 32;
+  g.n_layer = 2;
+  g.n_head = 4;
+  g.n_positions = 16;
+  g.resid_pdrop = g.attn_pdrop = g.embd_pdrop = 0.1;  // dropout everywhere
+  nn::GPT2LMHeadModel gpt2(g);
+  check_recompute_equals_plain(gpt2, ids);
+  // Outside training, or without grad mode, it is the plain forward.
+  gpt2->gradient_checkpointing_enable();
+  gpt2->eval();
+  torch::NoGradGuard no_grad;
+  CHECK(!gpt2(ids).requires_grad());
 }

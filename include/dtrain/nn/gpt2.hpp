@@ -38,6 +38,7 @@
 #include <dtrain/nn/llama_config.hpp>
 #include <dtrain/nn/lora.hpp>
 #include <dtrain/nn/pretrained.hpp>
+#include <dtrain/nn/recompute.hpp>
 #include <dtrain/weights.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -120,7 +121,13 @@ struct GPT2ModelImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {},
                         const torch::Tensor& position_ids = {}, KVCache* cache = nullptr);
 
+  /// Activation checkpointing in training (transformers' gradient_checkpointing_enable): each
+  /// block's activations are recomputed in backward instead of kept (nn/recompute.hpp), with equal
+  /// outputs and gradients and a lower peak memory. Off by default; generation never uses it.
+  void gradient_checkpointing_enable(bool on = true) { gradient_checkpointing = on; }
+
   Config config;
+  bool gradient_checkpointing = false;
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   torch::nn::ModuleList h{nullptr};
   torch::nn::LayerNorm ln_f{nullptr};
@@ -137,6 +144,8 @@ struct GPT2LMHeadModelImpl : torch::nn::Module {
   torch::Tensor next_token_logits(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                                   const torch::Tensor& position_ids, KVCache& cache);
   const torch::Tensor& head_weight() const { return lm_head ? lm_head->weight : transformer->wte->weight; }
+  /// GPT2Model's: each block recomputed in backward.
+  void gradient_checkpointing_enable(bool on = true) { transformer->gradient_checkpointing_enable(on); }
 
   Config config;
   GPT2Model transformer{nullptr};

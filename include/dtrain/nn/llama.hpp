@@ -39,6 +39,7 @@
 #include <dtrain/nn/llama_config.hpp>
 #include <dtrain/nn/lora.hpp>
 #include <dtrain/nn/pretrained.hpp>
+#include <dtrain/nn/recompute.hpp>
 #include <dtrain/weights.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -92,7 +93,13 @@ struct LlamaModelImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {},
                         const torch::Tensor& position_ids = {}, KVCache* cache = nullptr);
 
+  /// Activation checkpointing in training (transformers' gradient_checkpointing_enable): each
+  /// layer's activations are recomputed in backward instead of kept (nn/recompute.hpp), with equal
+  /// outputs and gradients and a lower peak memory. Off by default; generation never uses it.
+  void gradient_checkpointing_enable(bool on = true) { gradient_checkpointing = on; }
+
   Config config;
+  bool gradient_checkpointing = false;
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
   RMSNorm norm{nullptr};
@@ -115,6 +122,8 @@ struct LlamaForCausalLMImpl : torch::nn::Module {
                                   const torch::Tensor& position_ids, KVCache& cache);
   /// The output embedding's weight [vocab_size, hidden]: lm_head's, or embed_tokens' when tied.
   const torch::Tensor& head_weight() const { return lm_head ? lm_head->weight : model->embed_tokens->weight; }
+  /// LlamaModel's: each layer recomputed in backward.
+  void gradient_checkpointing_enable(bool on = true) { model->gradient_checkpointing_enable(on); }
 
   Config config;
   LlamaModel model{nullptr};

@@ -64,6 +64,12 @@ DTRAIN_INLINE void Checkpoint::load_tensors(torch::nn::Module& m, const std::map
                   c10::str(dst.sizes()));
     dst.copy_(it->second);
   };
+  // LoRA adapters the model lacks would be dropped without a word: the served model would be the base.
+  const auto own = m.named_parameters(true);
+  for (const auto& [name, tensor] : tensors)
+    if ((name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos) && !own.contains(name))
+      throw Error(source + " holds LoRA adapters (\"" + name + "\") that the model has not; add them first with the LoraConfig "
+                  "it was trained with (nn::add_lora), then load");
   for (auto& p : m.named_parameters(true)) load(p.key(), p.value());
   for (auto& b : m.named_buffers(true)) load(b.key(), b.value());
 }

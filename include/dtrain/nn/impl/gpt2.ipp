@@ -150,7 +150,13 @@ DTRAIN_INLINE torch::Tensor GPT2ModelImpl::forward(const torch::Tensor& input_id
   auto x = wte(input_ids) + wpe(positions);
   if (config.embd_pdrop > 0 && is_training()) x = at::dropout(x, config.embd_pdrop, true);
   const auto mask = decoder_mask(attention_mask, batch, tokens, past, std::nullopt, x.scalar_type(), x.device());
-  for (const auto& block : *h) x = block->as<GPT2BlockImpl>()->forward(x, mask, cache);
+  for (std::size_t i = 0; i < h->size(); ++i) {
+    auto block = h->ptr<GPT2BlockImpl>(i);
+    if (gradient_checkpointing && is_training() && !cache)  // backward calls it again: it holds copies
+      x = recompute_in_backward(*block, [block, mask](const torch::Tensor& in) { return block->forward(in, mask, nullptr); }, x);
+    else
+      x = block->forward(x, mask, cache);
+  }
   return ln_f(x);
 }
 

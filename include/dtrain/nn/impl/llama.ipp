@@ -79,7 +79,11 @@ DTRAIN_INLINE torch::Tensor LlamaModelImpl::forward(const torch::Tensor& input_i
     const auto window = config.window_of(i);
     auto& mask = window ? sliding : full;
     if (!mask) mask = decoder_mask(attention_mask, batch, tokens, past, window, h.scalar_type(), h.device());
-    h = layers[static_cast<std::size_t>(i)]->as<LlamaDecoderLayerImpl>()->forward(h, cos, sin, *mask, cache);
+    auto layer = layers->ptr<LlamaDecoderLayerImpl>(static_cast<std::size_t>(i));
+    if (gradient_checkpointing && is_training() && !cache)  // backward calls it again: it holds copies
+      h = recompute_in_backward(*layer, [layer, c = cos, s = sin, m = *mask](const torch::Tensor& x) { return layer->forward(x, c, s, m, nullptr); }, h);
+    else
+      h = layer->forward(h, cos, sin, *mask, cache);
   }
   return norm(h);
 }
