@@ -16,7 +16,8 @@ from a seeded config.
         and DIR/NAME.safetensors: input_ids [3, 10], attention_mask (row 1 right-padded, row 2
         left-padded), labels (-100 on padding and on row 0's first 3 tokens), and in fp32 eval mode
         the logits, the labels= loss, and greedy generate(max_new_tokens=32) of left-padded prompts
-        ("prompt_ids", "prompt_mask", "generated"). A bf16 or fp16 file's references are computed
+        ("prompt_ids", "prompt_mask", "generated"), and the logits of packed rows ("packed_ids",
+        "packed_positions": documents whose positions restart at 0, no attention_mask nor cache; "packed_logits"). A bf16 or fp16 file's references are computed
         from the rounded weights, in fp32. Default: every NAME but chat.
           chat        a LlamaForCausalLM whose vocabulary is a byte-level BPE tokenizer trained here by
                       tokenizers (DIR/chat/tokenizer.json, <|endoftext|> its EOS and pad), and
@@ -110,6 +111,14 @@ def inputs():
     return input_ids, mask, labels, prompt_ids, prompt_mask
 
 
+def packed():
+    """Two rows of 12 tokens: documents of 5 and 7 tokens, and of 3, 4 and 5."""
+    g = torch.Generator().manual_seed(9)
+    ids = torch.randint(3, VOCAB, (2, 12), generator=g)
+    positions = torch.tensor([list(range(5)) + list(range(7)), list(range(3)) + list(range(4)) + list(range(5))])
+    return ids, positions
+
+
 CORPUS = ["Hello world, hello there.", "The quick brown fox jumps over the lazy dog.", "A cat sat on the mat.",
           "Numbers like 12 and 345 appear too.", "Caf\u00e9 cr\u00e8me br\u00fbl\u00e9e, na\u00efve r\u00e9sum\u00e9."] * 20
 
@@ -155,8 +164,11 @@ def make(root, names):
             with torch.no_grad():
                 for p in model.parameters():
                     p.copy_(p.to(dtype).to(torch.float32))
+        packed_ids, packed_positions = packed()
         with torch.no_grad():
             out = model(input_ids=input_ids, attention_mask=mask, labels=labels)
+            # use_cache=False: with a cache transformers does not look for packed documents.
+            packed_logits = model(input_ids=packed_ids, position_ids=packed_positions, use_cache=False).logits
             generated = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, max_new_tokens=32,
                                        do_sample=False)
         target = f"{root}/{name}"
@@ -168,7 +180,8 @@ def make(root, names):
             model.to(dtype).save_pretrained(target, max_shard_size="40KB" if name == "llama_tied" else "5GB")
         save_file({"input_ids": input_ids, "attention_mask": mask, "labels": labels, "logits": out.logits.contiguous(),
                    "loss": out.loss.reshape(1), "prompt_ids": prompt_ids, "prompt_mask": prompt_mask,
-                   "generated": generated.contiguous()}, f"{root}/{name}.safetensors")
+                   "generated": generated.contiguous(), "packed_ids": packed_ids, "packed_positions": packed_positions,
+                   "packed_logits": packed_logits.contiguous()}, f"{root}/{name}.safetensors")
         print(f"made {target}: {dtype}, generated {generated.shape[1] - prompt_ids.shape[1]} tokens")
 
 

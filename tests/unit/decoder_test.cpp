@@ -101,6 +101,10 @@ void check_against_transformers(const fs::path& dir, const std::string& name) {
   std::cout << name << " against transformers: logits within " << gap << ", loss within " << loss << "\n";
   CHECK(gap <= 1e-5);
   CHECK(loss <= 1e-5);
+  // Packed rows: each document attends to itself alone, its positions counting from 0.
+  const double packed = max_diff(model(ref["packed_ids"], torch::Tensor(), ref["packed_positions"]), ref["packed_logits"]);
+  std::cout << name << " packed documents: logits within " << packed << "\n";
+  CHECK(packed <= 1e-5);
   const torch::Tensor generated = nn::generate(model, ref["prompt_ids"], ref["prompt_mask"], {.max_new_tokens = 32});
   INFO("dtrain:       " << generated << "\ntransformers: " << ref["generated"]);
   CHECK(generated.size(1) == ref["prompt_ids"].size(1) + 32);  // 32 new tokens: no row stopped early

@@ -60,9 +60,17 @@ struct DecoderMask {
 
 /// The mask of `new_tokens` queries after `past` cached tokens: causal, hiding the padding of
 /// `attention_mask` ([batch, past + new_tokens] of 0/1, or undefined: no padding) and, with a
-/// `window`, keys `window` or more tokens back. ConfigError when the mask's shape disagrees.
+/// `window`, keys `window` or more tokens back; with `documents` ([batch, new_tokens], no cache),
+/// keys of another document (packed_documents). ConfigError when the mask's shape disagrees.
 DecoderMask decoder_mask(const torch::Tensor& attention_mask, std::int64_t batch, std::int64_t new_tokens, std::int64_t past,
-                         std::optional<std::int64_t> window, torch::ScalarType dtype, torch::Device device);
+                         std::optional<std::int64_t> window, torch::ScalarType dtype, torch::Device device,
+                         const torch::Tensor& documents = {});
+
+/// Packed sequences (several documents in one row, each one's positions counting from 0 again):
+/// the document of each token, [batch, tokens], a new one wherever a position is not the one before
+/// plus 1, as transformers finds them; undefined when every row is one document. transformers and
+/// the decoder families apply it when `position_ids` come without an attention_mask and a cache.
+torch::Tensor packed_documents(const torch::Tensor& position_ids);
 
 /// softmax(q k^T * scale + mask) v over heads: q [batch, heads, new, head_dim], k and v [batch,
 /// kv_heads, past + new, head_dim] (kv_heads divides heads: grouped-query attention repeats them).

@@ -69,7 +69,7 @@ DTRAIN_INLINE std::pair<torch::Tensor, torch::Tensor> KVCache::append(std::size_
 
 DTRAIN_INLINE DecoderMask decoder_mask(const torch::Tensor& attention_mask, std::int64_t batch, std::int64_t new_tokens,
                                        std::int64_t past, std::optional<std::int64_t> window, torch::ScalarType dtype,
-                                       torch::Device device) {
+                                       torch::Device device, const torch::Tensor& documents) {
   const auto total = past + new_tokens;
   if (attention_mask.defined() && (attention_mask.dim() != 2 || attention_mask.size(0) != batch || attention_mask.size(1) != total))
     throw ConfigError("nn: the attention_mask must be [batch " + std::to_string(batch) + ", cached + new tokens " +
@@ -79,7 +79,9 @@ DTRAIN_INLINE DecoderMask decoder_mask(const torch::Tensor& attention_mask, std:
                                                                  : std::string()));
   // Every key visible: the usual cases spelled without a tensor.
   const bool padded = attention_mask.defined() && !attention_mask.to(torch::kBool).all().item<bool>();
-  if (!padded && (!window || total <= *window)) {
+  if (documents.defined() && (past != 0 || !documents.sizes().equals({batch, new_tokens})))
+    throw ConfigError("nn: packed documents need [batch, tokens] positions and no cache");
+  if (!padded && !documents.defined() && (!window || total <= *window)) {
     if (new_tokens == 1) return {};
     if (past == 0) return {{}, true};
   }
@@ -90,6 +92,10 @@ DTRAIN_INLINE DecoderMask decoder_mask(const torch::Tensor& attention_mask, std:
   if (window) allowed = allowed & (keys > queries - *window);
   allowed = allowed.view({1, 1, new_tokens, total});
   if (padded) allowed = allowed & attention_mask.to(device).to(torch::kBool).view({batch, 1, 1, total});
+  if (documents.defined()) {
+    const auto d = documents.to(device);
+    allowed = allowed & (d.unsqueeze(-1) == d.unsqueeze(-2)).view({batch, 1, new_tokens, total});
+  }
   auto additive = at::zeros(allowed.sizes(), torch::TensorOptions().dtype(dtype).device(device));
   DecoderMask mask{additive.masked_fill_(allowed.logical_not(), detail::lowest_of(dtype)), false, {}};
   if (padded) {
@@ -97,6 +103,13 @@ DTRAIN_INLINE DecoderMask decoder_mask(const torch::Tensor& attention_mask, std:
     if (blind.any().item<bool>()) mask.blind = std::move(blind);
   }
   return mask;
+}
+
+DTRAIN_INLINE torch::Tensor packed_documents(const torch::Tensor& position_ids) {
+  if (position_ids.dim() != 2 || position_ids.size(1) == 0) return {};
+  const auto before = at::cat({position_ids.narrow(1, 0, 1) - 1, position_ids.narrow(1, 0, position_ids.size(1) - 1)}, 1);
+  const auto documents = (position_ids - before).ne(1).to(torch::kLong).cumsum(-1);
+  return documents.select(1, documents.size(1) - 1).eq(0).all().item<bool>() ? torch::Tensor() : documents;
 }
 
 namespace detail {

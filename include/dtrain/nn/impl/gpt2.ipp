@@ -149,7 +149,9 @@ DTRAIN_INLINE torch::Tensor GPT2ModelImpl::forward(const torch::Tensor& input_id
                       "; shorten the sequence (truncate the prompt, fewer new tokens)");
   auto x = wte(input_ids) + wpe(positions);
   if (config.embd_pdrop > 0 && is_training()) x = at::dropout(x, config.embd_pdrop, true);
-  const auto mask = decoder_mask(attention_mask, batch, tokens, past, std::nullopt, x.scalar_type(), x.device());
+  // Packed rows (positions restarting, no attention_mask): each document attends to itself alone.
+  const auto documents = position_ids.defined() && !attention_mask.defined() && !cache ? packed_documents(position_ids) : torch::Tensor();
+  const auto mask = decoder_mask(attention_mask, batch, tokens, past, std::nullopt, x.scalar_type(), x.device(), documents);
   for (std::size_t i = 0; i < h->size(); ++i) {
     auto block = h->ptr<GPT2BlockImpl>(i);
     if (gradient_checkpointing && is_training() && !cache)  // backward calls it again: it holds copies

@@ -73,12 +73,14 @@ DTRAIN_INLINE torch::Tensor LlamaModelImpl::forward(const torch::Tensor& input_i
   auto h = embed_tokens(input_ids);
   const auto positions = position_ids.defined() ? position_ids : decoder_positions({}, batch, tokens, past, h.device());
   const auto [cos, sin] = rope_cos_sin(inverse_frequencies, positions, h.scalar_type());
+  // Packed rows (positions restarting, no attention_mask): each document attends to itself alone.
+  const auto documents = position_ids.defined() && !attention_mask.defined() && !cache ? packed_documents(position_ids) : torch::Tensor();
   // One mask for the full layers, one for the sliding ones (Mistral, Qwen2), each built once.
   std::optional<DecoderMask> full, sliding;
   for (std::int64_t i = 0; i < static_cast<std::int64_t>(layers->size()); ++i) {
     const auto window = config.window_of(i);
     auto& mask = window ? sliding : full;
-    if (!mask) mask = decoder_mask(attention_mask, batch, tokens, past, window, h.scalar_type(), h.device());
+    if (!mask) mask = decoder_mask(attention_mask, batch, tokens, past, window, h.scalar_type(), h.device(), documents);
     auto layer = layers->ptr<LlamaDecoderLayerImpl>(static_cast<std::size_t>(i));
     if (gradient_checkpointing && is_training() && !cache)  // backward calls it again: it holds copies
       h = recompute_in_backward(*layer, [layer, c = cos, s = sin, m = *mask](const torch::Tensor& x) { return layer->forward(x, c, s, m, nullptr); }, h);
