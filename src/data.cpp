@@ -11,6 +11,7 @@
 #include <dtrain/data/detail/impl/bpe_text.ipp>
 #include <dtrain/data/detail/impl/wordpiece_impl.ipp>
 #include <dtrain/data/impl/bpe_tokenizer.ipp>
+#include <dtrain/data/impl/causal_lm.ipp>
 #include <dtrain/data/impl/collate.ipp>
 #include <dtrain/data/impl/csv.ipp>
 #include <dtrain/data/impl/csv_table.ipp>

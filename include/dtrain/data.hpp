@@ -8,6 +8,7 @@
 // <dtrain/data/vit_image_processor.hpp>.
 
 #include <dtrain/data/bpe_tokenizer.hpp>
+#include <dtrain/data/causal_lm.hpp>
 #include <dtrain/data/collate.hpp>
 #include <dtrain/data/csv.hpp>
 #include <dtrain/data/csv_table.hpp>

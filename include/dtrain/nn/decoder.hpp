@@ -21,6 +21,7 @@
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
+#include <dtrain/data/fields.hpp>
 #include <dtrain/error.hpp>
 #include <dtrain/weights.hpp>
 
@@ -82,6 +83,20 @@ torch::Tensor decoder_attention(const torch::Tensor& q, torch::Tensor k, torch::
 /// generate() computes them, or past..past+new-1 for every row without a mask. [batch, new].
 torch::Tensor decoder_positions(const torch::Tensor& attention_mask, std::int64_t batch, std::int64_t new_tokens,
                                 std::int64_t past, torch::Device device);
+
+/// What a causal LM's forward takes first: input_ids [batch, tokens], or a batch of named tensors
+/// (data::CausalLMData's) with input_ids and, when it has them, attention_mask and position_ids.
+struct TokenInputs {
+  TokenInputs(torch::Tensor ids) : input_ids(std::move(ids)) {}  // NOLINT: implicit, model(ids) reads as before
+  TokenInputs(const data::Fields& batch)                         // NOLINT: implicit, model(batch)
+      : input_ids(batch["input_ids"]),
+        attention_mask(batch.contains("attention_mask") ? batch["attention_mask"] : torch::Tensor()),
+        position_ids(batch.contains("position_ids") ? batch["position_ids"] : torch::Tensor()) {}
+  /// `given` when defined, else the batch's own.
+  static const torch::Tensor& either(const torch::Tensor& given, const torch::Tensor& own) { return given.defined() ? given : own; }
+
+  torch::Tensor input_ids, attention_mask, position_ids;
+};
 
 /// `RMSNorm` (transformers' LlamaRMSNorm): weight * x / sqrt(mean(x^2) + eps), computed in fp32.
 struct RMSNormImpl : torch::nn::Module {

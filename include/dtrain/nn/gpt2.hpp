@@ -139,7 +139,8 @@ TORCH_MODULE(GPT2Model);
 struct GPT2LMHeadModelImpl : torch::nn::Module {
   using Config = GPT2Config;
   explicit GPT2LMHeadModelImpl(const Config& c = {});
-  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {},
+  /// As LlamaForCausalLM's forward: input_ids, or a batch of them (data::CausalLMData's).
+  torch::Tensor forward(const TokenInputs& inputs, const torch::Tensor& attention_mask = {},
                         const torch::Tensor& position_ids = {}, KVCache* cache = nullptr);
   torch::Tensor next_token_logits(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                                   const torch::Tensor& position_ids, KVCache& cache);

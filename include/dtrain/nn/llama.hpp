@@ -113,8 +113,10 @@ struct LlamaForCausalLMImpl : torch::nn::Module {
   using Config = LlamaConfig;
   explicit LlamaForCausalLMImpl(const Config& c = {});
 
-  /// The logits [batch, tokens, vocab_size] of the next token after each position.
-  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask = {},
+  /// The logits [batch, tokens, vocab_size] of the next token after each position. `inputs` is
+  /// input_ids, or a batch of them (data::CausalLMData's) whose attention_mask and position_ids
+  /// are used unless given here.
+  torch::Tensor forward(const TokenInputs& inputs, const torch::Tensor& attention_mask = {},
                         const torch::Tensor& position_ids = {}, KVCache* cache = nullptr);
   /// The next token's logits [batch, vocab_size] after `input_ids` (generation's step: the head on
   /// the last position only).

@@ -170,9 +170,10 @@ DTRAIN_INLINE GPT2LMHeadModelImpl::GPT2LMHeadModelImpl(const Config& c) : config
   }
 }
 
-DTRAIN_INLINE torch::Tensor GPT2LMHeadModelImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+DTRAIN_INLINE torch::Tensor GPT2LMHeadModelImpl::forward(const TokenInputs& inputs, const torch::Tensor& attention_mask,
                                                          const torch::Tensor& position_ids, KVCache* cache) {
-  const auto x = transformer(input_ids, attention_mask, position_ids, cache);
+  const auto x = transformer(inputs.input_ids, TokenInputs::either(attention_mask, inputs.attention_mask),
+                             TokenInputs::either(position_ids, inputs.position_ids), cache);
   return lm_head ? lm_head(x) : at::linear(x, head_weight());
 }
 

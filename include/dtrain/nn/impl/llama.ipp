@@ -98,9 +98,10 @@ DTRAIN_INLINE LlamaForCausalLMImpl::LlamaForCausalLMImpl(const Config& c) : conf
   }
 }
 
-DTRAIN_INLINE torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+DTRAIN_INLINE torch::Tensor LlamaForCausalLMImpl::forward(const TokenInputs& inputs, const torch::Tensor& attention_mask,
                                                           const torch::Tensor& position_ids, KVCache* cache) {
-  const auto h = model(input_ids, attention_mask, position_ids, cache);
+  const auto h = model(inputs.input_ids, TokenInputs::either(attention_mask, inputs.attention_mask),
+                       TokenInputs::either(position_ids, inputs.position_ids), cache);
   return lm_head ? lm_head(h) : at::linear(h, head_weight());
 }
 

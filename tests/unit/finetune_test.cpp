@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-// nn/lora.hpp: adapters on the layers a config names, the rest frozen (and out of the optimizer),
-// an adapted model equal to its base until it trains, merge equal to the adapted forward, refusals
-// that name the fix; and, through the Python environment of scripts/python-env
-// (tests/unit/lora_reference.py: PEFT adapters with random A and B on decoder_reference.py's seeded
-// models), PEFT's adapters loading into dtrain and dtrain's into PEFT, with equal logits.
+// Fine-tuning a decoder (issue 52). nn/lora.hpp: adapters on the layers a config names, the rest
+// frozen (and out of the optimizer), an adapted model equal to its base until it trains, merge
+// equal to the adapted forward, refusals that name the fix; and, through the Python environment of
+// scripts/python-env (tests/unit/lora_reference.py: PEFT adapters with random A and B on
+// decoder_reference.py's seeded models), PEFT's adapters loading into dtrain and dtrain's into PEFT,
+// with equal logits. nn/recompute.hpp: gradients with activation checkpointing equal to the plain
+// run's. data/causal_lm.hpp: documents, labels masked on prompts, packing that changes no logit.
 
 #include "../dtrain_catch.hpp"
 #include "vit_test_support.hpp"
 
 #include <algorithm>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <string>
@@ -17,6 +20,7 @@
 #include <torch/torch.h>
 
 #include <dtrain/checkpointer/checkpoint.hpp>
+#include <dtrain/data/causal_lm.hpp>
 #include <dtrain/nn/gpt2.hpp>
 #include <dtrain/nn/llama.hpp>
 #include <dtrain/nn/lora.hpp>
@@ -278,4 +282,95 @@ TEST_CASE("causal_lm_gradient_checkpointing_equals_the_plain_run", "[nn]") {
   gpt2->eval();
   torch::NoGradGuard no_grad;
   CHECK(!gpt2(ids).requires_grad());
+}
+
+namespace {
+// A byte-level BPE without merges: ids 0..255 are the bytes, 256 is <|endoftext|> (EOS and pad).
+dtrain::data::BpeTokenizer byte_tokenizer(const std::string& special = "<|endoftext|>") {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) vocab[dtrain::data::detail::bpe::byte_chars()[static_cast<std::size_t>(b)]] = b;
+  vocab[special] = 256;
+  const nlohmann::json level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  const nlohmann::json j = {
+      {"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr},
+      {"added_tokens", {{{"id", 256}, {"content", special}, {"single_word", false}, {"lstrip", false},
+                         {"rstrip", false}, {"normalized", true}, {"special", true}}}},
+      {"normalizer", nullptr}, {"pre_tokenizer", level}, {"post_processor", level}, {"decoder", level},
+      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
+                 {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
+                 {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
+  return dtrain::data::BpeTokenizer::from_json(j);  // its EOS: <|endoftext|> by name
+}
+
+std::vector<std::int64_t> ids_of(const torch::Tensor& t) { return {t.data_ptr<std::int64_t>(), t.data_ptr<std::int64_t>() + t.numel()}; }
+}  // namespace
+
+TEST_CASE("causal_lm_data_masks_prompts_and_packs_documents", "[nn][data]") {
+  namespace data = dtrain::data;
+  const auto tok = byte_tokenizer();
+  Dir dir("causal_lm_data");
+  {
+    std::ofstream(dir.path / "train.jsonl") << R"({"prompt": "Q: 2+2?", "response": " 4"})" "\n"
+                                            << R"({"prompt": "Hi", "response": " there"})" "\n"
+                                            << R"({"text": "plain"})" "\n";
+  }
+  const data::CausalLMData packed(dir.path / "train.jsonl", tok, {.max_length = 16});
+  CHECK(packed.documents() == 3);
+  // In order, whole: "Q: 2+2?" (7) + " 4" + EOS (3) = 10, and "Hi" + " there" + EOS = 9 does not fit
+  // beside it; then 9 + "plain" + EOS (6) and a token of padding.
+  REQUIRE(packed.size() == 2);
+  const auto row0 = packed[0], row1 = packed[1];
+  CHECK(ids_of(row0["input_ids"]).size() == 16);
+  using Ids = std::vector<std::int64_t>;
+  CHECK(ids_of(row0["labels"]) == Ids{-100, -100, -100, -100, -100, -100, -100, ' ', '4', 256,  // the response and EOS teach
+                                      -100, -100, -100, -100, -100, -100});                  // padding teaches nothing
+  CHECK(ids_of(row0["position_ids"]) == Ids{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 5});
+  CHECK(ids_of(row1["labels"]) == Ids{-100, -100, ' ', 't', 'h', 'e', 'r', 'e', 256,
+                                      -100, 'l', 'a', 'i', 'n', 256, -100});  // a text: all but its first token
+  CHECK(ids_of(row1["position_ids"]) == Ids{0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 1, 2, 3, 4, 5, 0});
+  CHECK(ids_of(row0["input_ids"]).back() == 256);  // the pad id: EOS here
+  CHECK(packed.label_tokens() == 3 + 7 + 5);
+
+  // Packing changes no logit: each document's logits in a packed row are its logits alone.
+  torch::manual_seed(0);
+  auto config = small_llama();
+  config.vocab_size = 257;
+  nn::LlamaForCausalLM model(config);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto batch = packed.collate()({row0, row1});
+  CHECK(!batch.contains("attention_mask"));
+  const auto logits = model(batch);
+  const auto alone = model(row1["input_ids"].narrow(0, 9, 6).unsqueeze(0));
+  CHECK(max_diff(logits[1].narrow(0, 9, 6), alone[0]) <= 1e-5);
+
+  // Unpacked: a document a row, padded per batch with an attention_mask; prompts may teach too.
+  const data::CausalLMData rows(dir.path / "train.jsonl", tok, {.max_length = 16, .pack = false, .train_on_prompt = true});
+  REQUIRE(rows.size() == 3);
+  const auto padded = rows.collate()({rows[0], rows[1]});
+  CHECK(padded["input_ids"].sizes() == torch::IntArrayRef{2, 10});
+  CHECK(ids_of(padded["attention_mask"][1]) == Ids{1, 1, 1, 1, 1, 1, 1, 1, 1, 0});
+  CHECK(ids_of(padded["labels"][0]).at(1) == ':');  // the prompt's own tokens are labels now
+  CHECK(ids_of(padded["labels"][1]).back() == -100);
+  CHECK(model(padded).sizes() == torch::IntArrayRef{2, 10, 257});
+}
+
+TEST_CASE("causal_lm_data_refusals_name_the_record", "[nn][data]") {
+  namespace data = dtrain::data;
+  const auto tok = byte_tokenizer();
+  Dir dir("causal_lm_bad");
+  std::ofstream(dir.path / "long.jsonl") << R"({"prompt": "a prompt longer than the context", "response": "x"})" "\n";
+  const auto too_long = error_of([&] { data::CausalLMData(dir.path / "long.jsonl", tok, {.max_length = 8}); });
+  INFO(too_long);
+  CHECK(too_long.find("long.jsonl:1: the prompt is 32 tokens and max_length 8") != std::string::npos);
+  // A response that does not fit is cut, and counted.
+  const auto cut = data::CausalLMData::from_records({{"Q", "a long answer"}}, tok, {.max_length = 4});
+  CHECK(cut.truncated() == 1);
+  CHECK(ids_of(cut[0]["input_ids"]) == std::vector<std::int64_t>{'Q', 'a', ' ', 'l'});
+  std::ofstream(dir.path / "other.csv") << "question,answer\nwhat,that\n";
+  CHECK(error_of([&] { data::CausalLMData(dir.path / "other.csv", tok); }).find("other.csv:2: the record has neither") != std::string::npos);
+  std::ofstream(dir.path / "data.txt") << "text\n";
+  CHECK(error_of([&] { data::CausalLMData(dir.path / "data.txt", tok); }).find("JSON Lines (.jsonl) or CSV") != std::string::npos);
+  CHECK(error_of([&] { data::CausalLMData(dir.path / "other.csv", byte_tokenizer("<|sep|>")); }).find("no end-of-sequence token") !=
+        std::string::npos);
 }
