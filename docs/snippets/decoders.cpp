@@ -8,6 +8,8 @@
 
 #include <dtrain/all.hpp>
 
+#include <cmath>
+#include <fstream>
 #include <iostream>
 
 #include <torch/torch.h>
@@ -83,9 +85,18 @@ int main(int argc, char** argv) try {
   // [decoders serve]
 
   // [lora]
+  // Instruction data: prompt and response records; only the response (and its EOS) teaches.
+  {
+    std::ofstream file("instructions.jsonl");
+    for (int copy = 0; copy < 32; ++copy)
+      file << R"({"prompt": "Say hello.", "response": " Hello world, hello there."})" "\n"
+           << R"({"prompt": "Name an animal.", "response": " The quick brown fox jumps over the lazy dog."})" "\n";
+  }
+  const dtrain::data::CausalLMData instructions("instructions.jsonl", tokenizer, {.max_length = 32});  // packed rows
+
   // LoRA on 2 workers: adapters on q/k/v/o and gate/up/down, every other parameter frozen, so the
   // optimizer holds the adapters alone and only their gradients are all-reduced.
-  using LoraTrainer = dtrain::Trainer<Llm, dtrain::data::TensorDataset>;
+  using LoraTrainer = dtrain::Trainer<Llm, dtrain::data::CausalLMData>;
   LoraTrainer lora_trainer({.num_workers = 2}, {.storage_path = "runs", .name = "lora", .start = dtrain::Start::fresh});
   const auto lora_result = lora_trainer.fit([&](LoraTrainer::context& ctx) {
     Llm llm(dtrain::nn::LlamaConfig::from_pretrained(dir));
@@ -97,15 +108,16 @@ int main(int argc, char** argv) try {
     for (auto epoch : ctx.epochs(2)) {
       double loss_sum = 0;
       int steps = 0;
-      for (auto batch : ctx.shard(texts, 8)) {
+      for (auto batch : ctx.shard(instructions, 8)) {
         opt.zero_grad();
-        auto loss = dtrain::nn::causal_lm_loss(ctx.forward(lm, batch.data), batch.target);
+        auto loss = dtrain::nn::causal_lm_loss(ctx.forward(lm, batch), batch["labels"]);  // ids, positions, labels
         ctx.backward(loss);
         ctx.step(opt);
         loss_sum += loss.item<double>();
         ++steps;
       }
-      ctx.report({{"epoch", epoch}, {"loss", ctx.all_reduce(loss_sum / steps)}});
+      const double loss = ctx.all_reduce(loss_sum / steps);
+      ctx.report({{"epoch", epoch}, {"loss", loss}, {"perplexity", std::exp(loss)}});
     }
     // A PEFT adapter directory: peft.PeftModel.from_pretrained(base, "adapter") loads it.
     if (ctx.world_rank() == 0) dtrain::nn::save_peft_adapter(*lm, "adapter", {.base_model_name_or_path = dir.string()});

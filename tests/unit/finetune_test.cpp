@@ -338,7 +338,8 @@ TEST_CASE("causal_lm_data_masks_prompts_and_packs_documents", "[nn][data]") {
   nn::LlamaForCausalLM model(config);
   model->eval();
   torch::NoGradGuard no_grad;
-  const auto batch = packed.collate()({row0, row1});
+  static_assert(data::RandomAccess<data::CausalLMData>);
+  const auto batch = packed.get_batch(torch::tensor({0, 1}));
   CHECK(!batch.contains("attention_mask"));
   const auto logits = model(batch);
   const auto alone = model(row1["input_ids"].narrow(0, 9, 6).unsqueeze(0));
@@ -347,7 +348,7 @@ TEST_CASE("causal_lm_data_masks_prompts_and_packs_documents", "[nn][data]") {
   // Unpacked: a document a row, padded per batch with an attention_mask; prompts may teach too.
   const data::CausalLMData rows(dir.path / "train.jsonl", tok, {.max_length = 16, .pack = false, .train_on_prompt = true});
   REQUIRE(rows.size() == 3);
-  const auto padded = rows.collate()({rows[0], rows[1]});
+  const auto padded = rows.get_batch(torch::tensor({0, 1}));
   CHECK(padded["input_ids"].sizes() == torch::IntArrayRef{2, 10});
   CHECK(ids_of(padded["attention_mask"][1]) == Ids{1, 1, 1, 1, 1, 1, 1, 1, 1, 0});
   CHECK(ids_of(padded["labels"][0]).at(1) == ':');  // the prompt's own tokens are labels now

@@ -8,14 +8,14 @@
 //
 //   const auto tokenizer = dtrain::data::BpeTokenizer::from_directory(model_dir);
 //   const dtrain::data::CausalLMData train("train.jsonl", tokenizer, {.max_length = 256});
-//   for (auto batch : ctx.shard(train, 8, train.collate()))
+//   for (auto batch : ctx.shard(train, 8))      // a dataset itself (data::RandomAccess)
 //     loss = dtrain::nn::causal_lm_loss(ctx.forward(lm, batch), batch["labels"]);
 //
 // Packed (the default), documents are laid one after another into rows of exactly max_length
 // tokens (a document is never split; what a row has left is padding), with position_ids that
 // count from 0 in each document: the decoder families then keep each document's attention to
 // itself (nn::packed_documents), as transformers does for packed rows, so packing changes no
-// logit. Unpacked, a row is one document and collate() pads a batch to its longest row, with an
+// logit. Unpacked, a row is one document and a batch is padded to its longest row, with an
 // attention_mask. Either way rows are fixed once read; the sampler shuffles them each epoch.
 
 #include <cstdint>
@@ -59,14 +59,10 @@ class CausalLMData {
   std::int64_t size() const { return static_cast<std::int64_t>(rows_.size()); }
   /// Row `i`: input_ids and labels [length], and position_ids [max_length] when packed.
   Fields operator[](std::int64_t i) const;
-  /// The batches' collate: stacking packed rows, or padding documents to the longest (input_ids with
-  /// the pad id, labels with -100) and adding attention_mask.
-  struct Collate {
-    bool packed = true;
-    std::int64_t pad_id = 0;
-    Fields operator()(const std::vector<Fields>& samples) const;
-  };
-  Collate collate() const { return {options_.pack, pad_id_}; }
+  /// The rows at `indices` as a batch: input_ids and labels [rows, max_length] with position_ids
+  /// (packed), or padded to the longest row (input_ids with the pad id, labels with -100) with an
+  /// attention_mask of 1 and 0.
+  Fields get_batch(const torch::Tensor& indices) const;
 
   std::int64_t documents() const { return documents_; }
   /// Tokens that carry a label (what the loss averages over), in all rows.

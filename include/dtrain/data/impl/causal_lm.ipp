@@ -137,24 +137,25 @@ DTRAIN_INLINE Fields CausalLMData::operator[](std::int64_t i) const {
   return out;
 }
 
-DTRAIN_INLINE Fields CausalLMData::Collate::operator()(const std::vector<Fields>& samples) const {
-  if (samples.empty()) return {};
-  std::int64_t longest = 0;
-  for (const auto& s : samples) longest = std::max(longest, s["input_ids"].size(0));
-  const auto rows = static_cast<std::int64_t>(samples.size());
-  auto ids = torch::full({rows, longest}, pad_id, torch::kLong), labels = torch::full({rows, longest}, -100, torch::kLong);
-  auto mask = torch::zeros({rows, longest}, torch::kLong);
-  auto positions = packed ? torch::zeros({rows, longest}, torch::kLong) : torch::Tensor();
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const auto& s = samples[static_cast<std::size_t>(r)];
-    const auto n = s["input_ids"].size(0);
-    ids[r].narrow(0, 0, n).copy_(s["input_ids"]);
-    labels[r].narrow(0, 0, n).copy_(s["labels"]);
+DTRAIN_INLINE Fields CausalLMData::get_batch(const torch::Tensor& indices) const {
+  const auto picked = indices.to(torch::kLong).contiguous();
+  const auto* index = picked.data_ptr<std::int64_t>();
+  const auto count = picked.numel();
+  std::size_t longest = 0;
+  for (std::int64_t r = 0; r < count; ++r) longest = std::max(longest, rows_.at(static_cast<std::size_t>(index[r])).ids.size());
+  const auto width = static_cast<std::int64_t>(longest);
+  auto ids = torch::full({count, width}, pad_id_, torch::kLong), labels = torch::full({count, width}, -100, torch::kLong);
+  auto mask = torch::zeros({count, width}, torch::kLong), positions = torch::zeros({count, width}, torch::kLong);
+  for (std::int64_t r = 0; r < count; ++r) {
+    const auto& row = rows_[static_cast<std::size_t>(index[r])];
+    const auto n = static_cast<std::int64_t>(row.ids.size());
+    std::copy(row.ids.begin(), row.ids.end(), ids[r].data_ptr<std::int64_t>());
+    std::copy(row.labels.begin(), row.labels.end(), labels[r].data_ptr<std::int64_t>());
     mask[r].narrow(0, 0, n).fill_(1);
-    if (packed) positions[r].copy_(s["position_ids"]);
+    std::copy(row.positions.begin(), row.positions.end(), positions[r].data_ptr<std::int64_t>());
   }
   // Packed rows are all max_length and carry no mask: the positions say where documents start.
-  if (packed) return Fields{{"input_ids", ids}, {"labels", labels}, {"position_ids", positions}};
+  if (options_.pack) return Fields{{"input_ids", ids}, {"labels", labels}, {"position_ids", positions}};
   return Fields{{"input_ids", ids}, {"labels", labels}, {"attention_mask", mask}};
 }
 
