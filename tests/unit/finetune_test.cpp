@@ -21,6 +21,7 @@
 
 #include <dtrain/checkpointer/checkpoint.hpp>
 #include <dtrain/data/causal_lm.hpp>
+#include <dtrain/data/dataset.hpp>
 #include <dtrain/nn/gpt2.hpp>
 #include <dtrain/nn/llama.hpp>
 #include <dtrain/nn/lora.hpp>
