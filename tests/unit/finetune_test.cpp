@@ -49,6 +49,16 @@ nn::LlamaConfig small_llama() {
   return c;
 }
 
+nn::GPT2Config small_gpt2(std::int64_t layers) {
+  nn::GPT2Config g;
+  g.vocab_size = 50;
+  g.n_embd = 32;
+  g.n_layer = layers;
+  g.n_head = 4;
+  g.n_positions = 16;
+  return g;
+}
+
 double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
 }
@@ -120,13 +130,7 @@ TEST_CASE("lora_rslora_scaling_pattern_targets_and_gpt2_conv1d", "[nn]") {
   CHECK(by_pattern.front() == "model.layers.1.self_attn.q_proj");
 
   // GPT-2's Conv1D stores [in, out]: the adapters are [r, in] and [out, r], and merge transposes.
-  nn::GPT2Config g;
-  g.vocab_size = 50;
-  g.n_embd = 32;
-  g.n_layer = 1;
-  g.n_head = 4;
-  g.n_positions = 16;
-  nn::GPT2LMHeadModel gpt2(g);
+  nn::GPT2LMHeadModel gpt2(small_gpt2(1));
   gpt2->eval();
   nn::add_lora(*gpt2, {.r = 2, .target_modules = {"c_attn"}});
   const auto& c_attn = gpt2->transformer->h[0]->as<nn::GPT2BlockImpl>()->attn->c_attn;
@@ -269,12 +273,7 @@ TEST_CASE("causal_lm_gradient_checkpointing_equals_the_plain_run", "[nn]") {
   perturb_adapters(*llama);
   check_recompute_equals_plain(llama, ids);
 
-  nn::GPT2Config g;
-  g.vocab_size = 50;
-  g.n_embd = 32;
-  g.n_layer = 2;
-  g.n_head = 4;
-  g.n_positions = 16;
+  auto g = small_gpt2(2);
   g.resid_pdrop = g.attn_pdrop = g.embd_pdrop = 0.1;  // dropout everywhere
   nn::GPT2LMHeadModel gpt2(g);
   check_recompute_equals_plain(gpt2, ids);

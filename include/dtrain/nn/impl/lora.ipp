@@ -199,17 +199,15 @@ inline const char* peft_prefix() { return "base_model.model."; }
 
 DTRAIN_INLINE void save_peft_adapter(const torch::nn::Module& model, const std::filesystem::path& dir, const PeftAdapterOptions& options) {
   namespace fs = std::filesystem;
-  const auto layers = detail::lora_layers(model);
   std::shared_ptr<const LoraConfig> config;
   bool fan_in_fan_out = false;
-  std::vector<std::pair<std::string, torch::Tensor>> tensors;
-  for (const auto& [name, layer] : layers)
+  for (const auto& [name, layer] : detail::lora_layers(model))
     if (layer->has_lora()) {
       config = layer->lora_config;
       fan_in_fan_out = fan_in_fan_out || layer->fan_in_fan_out();
-      tensors.emplace_back(detail::peft_prefix() + name + ".lora_A.weight", layer->lora_A->weight.detach());
-      tensors.emplace_back(detail::peft_prefix() + name + ".lora_B.weight", layer->lora_B->weight.detach());
     }
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  for (const auto& [name, tensor] : lora_parameters(model)) tensors.emplace_back(detail::peft_prefix() + name, tensor.detach());
   if (!config) throw ConfigError("nn::save_peft_adapter(" + dir.string() + "): the model has no LoRA adapter (nn::add_lora adds them)");
   std::error_code ec;
   fs::create_directories(dir, ec);
