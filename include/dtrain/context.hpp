@@ -310,6 +310,7 @@ class Context {
   void restore(const checkpointer::Checkpoint& ck, Module& model) {
     auto& s = models_.of(model, "ctx.restore(checkpoint, model)");
     const auto source = (ck.path() / checkpointer::files::model).string();
+    ck.check_adapter_base(detail::as_module(model));  // another base is the user's error, not a damaged file
     naming_file(ck, checkpointer::files::model, [&] {
       const auto tensors = ck.model_state();
       if (!strategy_ops::load_full_state(s, tensors, source))

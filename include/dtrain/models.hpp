@@ -15,6 +15,7 @@
 #include <dtrain/nn/llama.hpp>
 #include <dtrain/nn/llama_config.hpp>
 #include <dtrain/nn/lora.hpp>
+#include <dtrain/nn/lora_checkpoint.hpp>
 #include <dtrain/nn/loss.hpp>
 #include <dtrain/nn/packed.hpp>
 #include <dtrain/nn/recompute.hpp>

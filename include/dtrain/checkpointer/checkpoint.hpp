@@ -116,8 +116,14 @@ class Checkpoint {
   template <class M>
   void load_model(M& module) const {
     refuse_in_worker("load_model(model)");
+    check_adapter_base(as_module(module));
     load_tensors(as_module(module), model_state(), (path_ / files::model).string());
   }
+
+  /// For a checkpoint of LoRA adapters (adapter_config.json): Error when `m` has no adapters, and
+  /// ConfigError when the adapters were trained on another base than `m`'s (LoraConfig::base_model:
+  /// the files' sizes and CRC-32s differ) or `m`'s adapters name no base while the checkpoint does.
+  void check_adapter_base(const torch::nn::Module& m) const;
 
   /// Loads the saved optimizer state (saved whole, by strategy::ddp<>) into `optimizer`, built
   /// over the same parameters: the per-parameter state and every param group's options (lr,

@@ -43,6 +43,9 @@ inline constexpr const char* python_optimizer = "optimizer_state.pt";
 inline constexpr const char* precision = "precision.pt";
 /// The model's type and construction config, for a model with `Config config;` (model_config.hpp).
 inline constexpr const char* model_config = "model_config.json";
+/// An adapted model's LoRA config (PEFT's adapter_config.json) and its base's identity; model.pt
+/// then holds the trainable tensors only (nn/lora.hpp).
+inline constexpr const char* adapter_config = "adapter_config.json";
 /// Directories of the user's files (with_file) and objects (with_object: NAME.pt).
 inline constexpr const char* user_files = "files";
 inline constexpr const char* user_objects = "objects";
@@ -97,6 +100,9 @@ void set_device_generator_state(torch::Device device, const torch::Tensor& state
 
 /// Parameters and buffers by their dotted names (`0.weight`, `2.running_mean`).
 c10::Dict<std::string, at::Tensor> named_state(const torch::nn::Module& m, bool clone);
+/// Whether a checkpoint of `m` keeps its trainable parameters only (and its buffers): a model with
+/// LoRA adapters, whose frozen base comes from the base model's own files.
+bool saves_trainable_only(const torch::nn::Module& m);
 
 }  // namespace detail
 

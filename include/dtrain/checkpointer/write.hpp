@@ -70,6 +70,8 @@ struct Snapshot {
   std::string precision;
   /// Rank 0: model_config.json's text, for a model that describes itself (model_config.hpp).
   std::string model_config;
+  /// Rank 0: adapter_config.json's text, for a model with LoRA adapters (nn/lora_layer.hpp).
+  std::string adapter_config;
   /// Rank 0: the user's files (name -> bytes) and objects (name -> serialized OutputArchive).
   std::map<std::string, std::string> user_files, user_objects;
   Metrics extras;
@@ -130,6 +132,7 @@ void write_user_state(const std::filesystem::path& tmp, const Snapshot& s, Add&&
   }
   if (!s.precision.empty()) put(files::precision, s.precision);
   if (!s.model_config.empty()) put(files::model_config, s.model_config);
+  if (!s.adapter_config.empty()) put(files::adapter_config, s.adapter_config);
   auto put_all = [&](const char* dir, const std::map<std::string, std::string>& named, const char* suffix) {
     if (named.empty()) return;
     std::error_code ec;

@@ -25,48 +25,14 @@
 #include <vector>
 
 #include <torch/nn/module.h>
-#include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
-#include <dtrain/version.hpp>
+#include <dtrain/nn/lora_layer.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 
 namespace nn {
-
-/// PEFT's LoraConfig, the fields dtrain implements (the others must keep PEFT's defaults).
-struct LoraConfig {
-  std::int64_t r = 8;        ///< the adapters' rank
-  double alpha = 8;          ///< lora_alpha
-  double dropout = 0;        ///< lora_dropout, on the adapter's input only
-  bool use_rslora = false;   ///< scaling alpha / sqrt(r) instead of alpha / r
-  /// Layers by name: a layer matches an entry when its dotted name is the entry or ends with "." +
-  /// the entry (PEFT's rule for a list). Each entry must match at least one layer.
-  std::vector<std::string> target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
-  /// Or a regular expression (ECMAScript) the whole dotted name must match, PEFT's target_modules
-  /// given as a string ("model\\.layers\\.[01]\\..*_proj"); when set, target_modules is not used.
-  std::string target_pattern = "";
-
-  double scaling() const;
-  /// Throws ConfigError naming the field for r < 1, alpha <= 0, dropout outside [0, 1), or no targets.
-  void validate() const;
-};
-
-/// The slot of a layer that LoRA can adapt. Empty until add_lora fills it.
-struct LoraLayer {
-  virtual ~LoraLayer() = default;
-  /// The base weight as [out_features, in_features] (a view of it: GPT-2's Conv1D stores [in, out]).
-  virtual torch::Tensor weight_out_in() const = 0;
-  /// Whether the stored weight is [in, out] (PEFT's fan_in_fan_out, written to adapter_config.json).
-  virtual bool fan_in_fan_out() const { return false; }
-  bool has_lora() const { return static_cast<bool>(lora_config); }
-  /// B(A(dropout(x))) * scaling, added to the base layer's output.
-  torch::Tensor lora_delta(const torch::Tensor& x, bool training) const;
-
-  torch::nn::Linear lora_A{nullptr}, lora_B{nullptr};  // registered on the layer under these names
-  std::shared_ptr<const LoraConfig> lora_config;       // what add_lora was given (null: no adapter)
-};
 
 /// torch::nn::Linear's parameters (`weight` [out, in], `bias` [out] or none), initialisation and
 /// arithmetic, with a LoRA slot: the decoder families' projections are these.
@@ -103,6 +69,11 @@ struct PeftAdapterOptions {
   std::string task_type = "CAUSAL_LM";
 };
 
+/// The identity add_lora records for LoraConfig::base_model: config.json's and each weight file's
+/// (*.safetensors, *.bin, their index) size and CRC-32, as JSON text. ConfigError when `dir` holds
+/// no config.json or no weights file.
+std::string base_model_files(const std::filesystem::path& dir);
+
 /// Writes `model`'s adapters as a PEFT adapter directory: adapter_config.json and
 /// adapter_model.safetensors with PEFT's key names, which peft.PeftModel.from_pretrained(base, dir)
 /// loads. Error when the model has no adapter or the directory cannot be written.
@@ -114,6 +85,13 @@ void save_peft_adapter(const torch::nn::Module& model, const std::filesystem::pa
 /// implement (DoRA, biases, modules_to_save, rank or alpha patterns), a tensor whose shape is not
 /// the layer's (an adapter of another base) or a missing or unexpected adapter tensor.
 LoraConfig load_peft_adapter(torch::nn::Module& model, const std::filesystem::path& dir);
+
+namespace detail {
+/// The LoraConfig of a PEFT adapter_config.json (a PEFT directory's, or a checkpoint's), with its
+/// base_model_name_or_path as base_model. Error naming the file and the field for another PEFT
+/// method or an option dtrain does not implement.
+LoraConfig read_lora_config(const std::filesystem::path& file);
+}  // namespace detail
 
 }  // namespace nn
 

@@ -3,6 +3,9 @@
 // The bodies of checkpoint.hpp's functions (docs/packaging.md: header-only or compiled once).
 
 #include <dtrain/checkpointer/checkpoint.hpp>
+#include <dtrain/nn/lora_layer.hpp>
+
+#include <fstream>
 
 DTRAIN_NAMESPACE_BEGIN
 namespace checkpointer {
@@ -55,8 +58,11 @@ DTRAIN_INLINE std::map<std::string, torch::Tensor> Checkpoint::model_state() con
 DTRAIN_INLINE void Checkpoint::load_tensors(torch::nn::Module& m, const std::map<std::string, torch::Tensor>& tensors,
                                             const std::string& source) {
   torch::NoGradGuard no_grad;
+  // An adapted model's checkpoint holds what trains; its frozen base is the base model's files.
+  const bool adapters_only = detail::saves_trainable_only(m);
   auto load = [&](const std::string& name, torch::Tensor& dst) {
     auto it = tensors.find(name);
+    if (it == tensors.end() && adapters_only && !dst.requires_grad()) return;
     if (it == tensors.end())
       throw Error(source + " has no tensor \"" + name + "\"; was it saved from another model?");
     if (it->second.sizes() != dst.sizes())
@@ -68,10 +74,48 @@ DTRAIN_INLINE void Checkpoint::load_tensors(torch::nn::Module& m, const std::map
   const auto own = m.named_parameters(true);
   for (const auto& [name, tensor] : tensors)
     if ((name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos) && !own.contains(name))
-      throw Error(source + " holds LoRA adapters (\"" + name + "\") that the model has not; add them first with the LoraConfig "
-                  "it was trained with (nn::add_lora), then load");
+      throw Error(source + " holds LoRA adapters (\"" + name + "\") that the model has not; serve the checkpoint with "
+                  "nn::from_lora_checkpoint<Model>(checkpoint), or add them first with the LoraConfig it was trained with "
+                  "(nn::add_lora), then load");
   for (auto& p : m.named_parameters(true)) load(p.key(), p.value());
   for (auto& b : m.named_buffers(true)) load(b.key(), b.value());
+}
+
+DTRAIN_INLINE void Checkpoint::check_adapter_base(const torch::nn::Module& m) const {
+  const auto file = path_ / files::adapter_config;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec)) return;
+  nlohmann::json saved;
+  try {
+    std::ifstream in(file);
+    saved = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(file.string() + ": not JSON (" + e.what() + ")");
+  }
+  const auto ours = nn::detail::lora_config_of(m);
+  if (!ours)
+    throw Error(path_.string() + " holds LoRA adapters and the model has none; serve it with "
+                "nn::from_lora_checkpoint<Model>(checkpoint), or add them first with the LoraConfig it was trained with "
+                "(nn::add_lora), then load");
+  if (!saved.contains("dtrain_base_files")) return;  // trained without LoraConfig::base_model: nothing to check
+  const auto base = saved.value("base_model_name_or_path", std::string());
+  if (ours->base_files.empty())
+    throw ConfigError(file.string() + ": the adapters were trained on the base model " + base +
+                      " and this model's adapters name no base; add them with LoraConfig::base_model set to the directory "
+                      "the model's weights came from, so that the base can be checked");
+  const auto mine = nlohmann::json::parse(ours->base_files);
+  const auto& theirs = saved["dtrain_base_files"];
+  if (mine == theirs) return;
+  std::string differs;
+  for (const auto& [name, id] : theirs.items())
+    if (!mine.contains(name) || mine[name] != id) {
+      differs = name + (mine.contains(name) ? " differs" : " is missing");
+      break;
+    }
+  if (differs.empty()) differs = "it has other files";
+  throw ConfigError(path_.string() + ": its LoRA adapters were trained on the base model " + base + " and this model's base (" +
+                    ours->base_model + ") is another: " + differs + ". Adapters fit only the weights they were trained "
+                    "on; load that base (or train the adapters again on this one)");
 }
 
 DTRAIN_INLINE std::vector<std::filesystem::path> Checkpoint::sharded_optimizer_files() const {

@@ -3,6 +3,7 @@
 // The bodies of files.hpp's functions (docs/packaging.md: header-only or compiled once).
 
 #include <dtrain/checkpointer/files.hpp>
+#include <dtrain/nn/lora_layer.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 namespace checkpointer {
@@ -115,9 +116,13 @@ DTRAIN_INLINE void set_device_generator_state(torch::Device device, const torch:
   gen.set_state(state);
 }
 
+DTRAIN_INLINE bool saves_trainable_only(const torch::nn::Module& m) { return nn::detail::lora_config_of(m) != nullptr; }
+
 DTRAIN_INLINE c10::Dict<std::string, at::Tensor> named_state(const torch::nn::Module& m, bool clone) {
   c10::Dict<std::string, at::Tensor> d;
-  for (const auto& p : m.named_parameters(true)) d.insert(p.key(), clone ? p.value().detach().clone() : p.value());
+  const bool adapters_only = saves_trainable_only(m);
+  for (const auto& p : m.named_parameters(true))
+    if (!adapters_only || p.value().requires_grad()) d.insert(p.key(), clone ? p.value().detach().clone() : p.value());
   for (const auto& b : m.named_buffers(true)) d.insert(b.key(), clone ? b.value().detach().clone() : b.value());
   return d;
 }

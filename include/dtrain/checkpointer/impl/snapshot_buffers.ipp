@@ -2,6 +2,7 @@
 #pragma once
 // The bodies of snapshot_buffers.hpp's functions (docs/packaging.md: header-only or compiled once).
 
+#include <dtrain/checkpointer/files.hpp>
 #include <dtrain/checkpointer/snapshot_buffers.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -50,7 +51,9 @@ DTRAIN_INLINE c10::Dict<std::string, at::Tensor> SnapshotBuffers::model_state(co
     keep("model/" + name, c);
     d.insert(name, std::move(c));
   };
-  for (const auto& p : module.named_parameters(true)) add(p.key(), p.value());
+  const bool adapters_only = saves_trainable_only(module);
+  for (const auto& p : module.named_parameters(true))
+    if (!adapters_only || p.value().requires_grad()) add(p.key(), p.value());
   for (const auto& b : module.named_buffers(true)) add(b.key(), b.value());
   return d;
 }

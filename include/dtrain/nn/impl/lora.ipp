@@ -2,7 +2,9 @@
 #pragma once
 // The bodies of lora.hpp's functions (docs/packaging.md: header-only or compiled once).
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -13,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/nn/init.h>
 
+#include <dtrain/checkpointer/files.hpp>
 #include <dtrain/error.hpp>
 #include <dtrain/nn/lora.hpp>
 #include <dtrain/weights.hpp>
@@ -64,15 +67,6 @@ DTRAIN_INLINE void LinearImpl::pretty_print(std::ostream& stream) const {
 }
 
 namespace detail {
-// Every module of `model` with a LoRA slot, by dotted name.
-template <class Module>
-std::vector<std::pair<std::string, LoraLayer*>> lora_layers(Module& model) {
-  std::vector<std::pair<std::string, LoraLayer*>> out;
-  for (const auto& m : model.named_modules("", /*include_self=*/false))
-    if (auto* layer = dynamic_cast<LoraLayer*>(m.value().get())) out.emplace_back(m.key(), layer);
-  return out;
-}
-
 inline bool ends_with_component(const std::string& name, const std::string& target) {
   return name == target ||
          (name.size() > target.size() && name.compare(name.size() - target.size(), target.size(), target) == 0 &&
@@ -132,8 +126,10 @@ DTRAIN_INLINE std::vector<std::string> add_lora(torch::nn::Module& model, const 
                           detail::short_names(layers) + " (LoraConfig::target_modules)");
     }
 
+  auto recorded = config;
+  recorded.base_files = config.base_model.empty() ? std::string() : base_model_files(config.base_model);
   for (auto& p : model.parameters()) p.requires_grad_(false);
-  const auto shared = std::make_shared<const LoraConfig>(config);
+  const auto shared = std::make_shared<const LoraConfig>(std::move(recorded));
   std::vector<std::string> names;
   for (const auto& [name, layer] : chosen) {
     auto& module = dynamic_cast<torch::nn::Module&>(*layer);
@@ -154,6 +150,33 @@ DTRAIN_INLINE std::vector<std::string> add_lora(torch::nn::Module& model, const 
     names.push_back(name);
   }
   return names;
+}
+
+DTRAIN_INLINE std::string base_model_files(const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_regular_file(dir / "config.json", ec))
+    throw ConfigError("nn::LoraConfig::base_model: " + dir.string() + " holds no config.json; name the directory the base "
+                      "model's weights were loaded from (a Hugging Face model directory)");
+  // config.json and the weights (safetensors, torch.save files, their indexes), not the tokenizer.
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const auto name = entry.path().filename().string();
+    const auto ext = entry.path().extension().string();
+    if (entry.is_regular_file() && (name == "config.json" || ext == ".safetensors" || ext == ".bin" || name.ends_with(".index.json")))
+      files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  if (files.size() < 2)
+    throw ConfigError("nn::LoraConfig::base_model: " + dir.string() + " holds no weights file (*.safetensors or *.bin)");
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& f : files) {
+    const auto [crc, size] = checkpointer::detail::crc32_of_file(f);
+    char hex[9];
+    std::snprintf(hex, sizeof hex, "%08x", crc);
+    j[f.filename().string()] = {{"bytes", size}, {"crc32", hex}};
+  }
+  return j.dump();
 }
 
 DTRAIN_INLINE std::vector<std::pair<std::string, torch::Tensor>> lora_parameters(const torch::nn::Module& model) {
@@ -214,43 +237,23 @@ DTRAIN_INLINE void save_peft_adapter(const torch::nn::Module& model, const std::
   if (ec) throw Error(dir.string() + ": cannot create the directory (" + ec.message() + ")");
   weights::save_safetensors(dir / "adapter_model.safetensors", tensors, {{"format", "pt"}});
 
-  // PEFT's own defaults for the fields dtrain does not implement, so PEFT reads what dtrain trained.
-  nlohmann::json j = {{"peft_type", "LORA"},
-                      {"task_type", options.task_type.empty() ? nlohmann::json() : nlohmann::json(options.task_type)},
-                      {"base_model_name_or_path", options.base_model_name_or_path.empty()
-                                                      ? nlohmann::json()
-                                                      : nlohmann::json(options.base_model_name_or_path)},
-                      {"r", config->r},
-                      {"lora_alpha", config->alpha},
-                      {"lora_dropout", config->dropout},
-                      {"use_rslora", config->use_rslora},
-                      {"fan_in_fan_out", fan_in_fan_out},
-                      {"bias", "none"},
-                      {"use_dora", false},
-                      {"modules_to_save", nullptr},
-                      {"init_lora_weights", true},
-                      {"inference_mode", true},
-                      {"rank_pattern", nlohmann::json::object()},
-                      {"alpha_pattern", nlohmann::json::object()}};
-  j["target_modules"] = config->target_pattern.empty() ? nlohmann::json(config->target_modules) : nlohmann::json(config->target_pattern);
+  const auto j = detail::peft_adapter_config(*config, fan_in_fan_out, options.task_type, options.base_model_name_or_path);
   const auto path = dir / "adapter_config.json";
   std::ofstream out(path);
   out << j.dump(2) << '\n';
   if (!out) throw Error(path.string() + ": cannot be written");
 }
 
-DTRAIN_INLINE LoraConfig load_peft_adapter(torch::nn::Module& model, const std::filesystem::path& dir) {
-  namespace fs = std::filesystem;
-  const auto config_path = dir / "adapter_config.json";
-  std::ifstream in(config_path);
-  if (!in) throw Error(config_path.string() + ": cannot be read (a PEFT adapter directory holds adapter_config.json)");
+DTRAIN_INLINE LoraConfig detail::read_lora_config(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  if (!in) throw Error(file.string() + ": cannot be read (a PEFT adapter directory holds adapter_config.json)");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
-    throw Error(config_path.string() + ": not JSON (" + e.what() + ")");
+    throw Error(file.string() + ": not JSON (" + e.what() + ")");
   }
-  const auto where = config_path.string() + ": ";
+  const auto where = file.string() + ": ";
   const auto refuse_unless = [&](const char* key, auto&& is_default, const std::string& what) {
     if (j.contains(key) && !j[key].is_null() && !is_default(j[key]))
       throw ConfigError(where + key + " is " + j[key].dump() + "; " + what);
@@ -279,9 +282,19 @@ DTRAIN_INLINE LoraConfig load_peft_adapter(torch::nn::Module& model, const std::
     const auto& targets = j.at("target_modules");
     if (targets.is_string()) config.target_pattern = targets.get<std::string>();
     else config.target_modules = targets.get<std::vector<std::string>>();
+    if (j.contains("base_model_name_or_path") && j["base_model_name_or_path"].is_string())
+      config.base_model = j["base_model_name_or_path"].get<std::string>();
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError(where + "r, lora_alpha and target_modules must be there with numbers and names (" + e.what() + ")");
   }
+  return config;
+}
+
+DTRAIN_INLINE LoraConfig load_peft_adapter(torch::nn::Module& model, const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  const auto config_path = dir / "adapter_config.json";
+  auto config = detail::read_lora_config(config_path);
+  config.base_model.clear();  // a hub name or another machine's path: the model in memory is the base
   auto weights_path = dir / "adapter_model.safetensors";
   if (!fs::exists(weights_path) && fs::exists(dir / "adapter_model.bin")) weights_path = dir / "adapter_model.bin";
   if (!fs::exists(weights_path)) throw Error(weights_path.string() + ": missing (PEFT writes the adapter's weights there)");
@@ -300,7 +313,7 @@ DTRAIN_INLINE LoraConfig load_peft_adapter(torch::nn::Module& model, const std::
   try {
     add_lora(model, config);
   } catch (const ConfigError& e) {
-    throw ConfigError(where + e.what());
+    throw ConfigError(config_path.string() + ": " + e.what());
   }
   std::map<std::string, torch::Tensor> ours;
   for (auto& [name, tensor] : lora_parameters(model)) ours.emplace(name, tensor);
