@@ -239,7 +239,8 @@ int main(int argc, char** argv) try {
       {"eval_perplexity", m.at("eval_perplexity").number()},
       {"best_eval_loss", best->metrics().at("eval_loss").number()}, {"best_checkpoint", best->path().string()},
       {"checkpoint_tensors", best->model_state().size()}, {"checkpointing", o.checkpointing},
-      {"startup_s", m.at("startup_s").number()}, {"generations", generations}, {"wall_s", now_s() - started}};
+      {"startup_s", m.at("startup_s").number()}, {"prompts", o.prompts}, {"generations", generations},
+      {"max_new_tokens", o.max_new_tokens}, {"wall_s", now_s() - started}};
   std::cout << line.dump() << std::endl;
   return 0;
 } catch (const std::exception& e) {

@@ -5,6 +5,7 @@ small Llama with seeded random weights saved by transformers.
 
     tests/tools/venv-python examples/make_llm.py OUT --corpus DIR [--hidden 64] [--layers 2]
         [--heads 4] [--kv-heads 2] [--intermediate 128] [--vocab 512] [--context 256] [--seed 0]
+        [--init-range 0.1]
         [--other-base]
 
 DIR is scripts/make-text-corpus's output. Written:
@@ -26,6 +27,7 @@ import json
 import os
 import shutil
 
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
@@ -43,6 +45,10 @@ p.add_argument("--intermediate", type=int, default=128)
 p.add_argument("--vocab", type=int, default=512)
 p.add_argument("--context", type=int, default=256)
 p.add_argument("--seed", type=int, default=0)
+# transformers' default 0.02 leaves a random head's logits within about +-1 of each other after
+# the final norm, so LoRA on the projections could barely move the loss from ln(vocab); 0.1 gives
+# the head a pretrained model's range.
+p.add_argument("--init-range", type=float, default=0.1)
 p.add_argument("--other-base", action="store_true")
 a = p.parse_args()
 
@@ -87,7 +93,7 @@ def llama(seed):
         vocab_size=tok.get_vocab_size(), hidden_size=a.hidden, intermediate_size=a.intermediate,
         num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.kv_heads,
         max_position_embeddings=a.context, bos_token_id=None, eos_token_id=eos, pad_token_id=eos,
-        tie_word_embeddings=False, initializer_range=0.02))
+        tie_word_embeddings=False, initializer_range=a.init_range))
 
 
 base = llama(a.seed)
