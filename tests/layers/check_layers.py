@@ -22,7 +22,7 @@ LAYERS = [
     ("configuration", ["config.hpp", "metrics.hpp", "run_directory.hpp"]),
     ("data and launch", ["data/", "data/image.hpp", "data/image_folder.hpp", "data/vit_image_processor.hpp", "sampler/", "launch/", "detail/"]),
     ("backends and checkpointers", ["backend/", "backend/detail/hierarchical.hpp", "checkpointer/", "weights.hpp", "weights/", "concept/backend.hpp", "concept/checkpointer.hpp",
-                                    "concept/sampler.hpp", "concept/archetypes.hpp"]),
+                                    "concept/sampler.hpp", "concept/archetypes.hpp", "nn/lora_layer.hpp"]),
     ("strategies, precisions, evaluation", ["strategy/", "precision/", "evaluation/", "schedule/", "nn/",
                                             "concept/strategy.hpp", "concept/precision.hpp"]),
     ("tracking", ["tracking/", "tracker/", "result.hpp", "concept/tracker.hpp"]),

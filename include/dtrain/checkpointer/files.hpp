@@ -103,6 +103,8 @@ c10::Dict<std::string, at::Tensor> named_state(const torch::nn::Module& m, bool 
 /// Whether a checkpoint of `m` keeps its trainable parameters only (and its buffers): a model with
 /// LoRA adapters, whose frozen base comes from the base model's own files.
 bool saves_trainable_only(const torch::nn::Module& m);
+/// adapter_config.json's text for a model with LoRA adapters, "" for any other.
+std::string adapter_config_of(const torch::nn::Module& m);
 
 }  // namespace detail
 

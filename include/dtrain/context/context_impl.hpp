@@ -13,7 +13,6 @@
 #include <vector>
 
 #include <dtrain/context.hpp>
-#include <dtrain/nn/lora_layer.hpp>
 #include <dtrain/progress_mark.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -128,7 +127,7 @@ checkpointer::Snapshot Context<Policies>::checkpoint(const Module& model, Optimi
     if (world_rank() == 0) s.precision = checkpointer::detail::archive_bytes(precision_);
   if constexpr (checkpointer::DescribedModel<Module>)
     if (world_rank() == 0) s.model_config = checkpointer::describe_model(model);
-  if (world_rank() == 0) s.adapter_config = nn::detail::adapter_checkpoint_config(detail::as_module(model));
+  if (world_rank() == 0) s.adapter_config = checkpointer::detail::adapter_config_of(detail::as_module(model));
   s.extras = std::move(extras);
   core_.fill_snapshot(s);
   checkpoints_.add_blocked(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -118,6 +118,8 @@ DTRAIN_INLINE void set_device_generator_state(torch::Device device, const torch:
 
 DTRAIN_INLINE bool saves_trainable_only(const torch::nn::Module& m) { return nn::detail::lora_config_of(m) != nullptr; }
 
+DTRAIN_INLINE std::string adapter_config_of(const torch::nn::Module& m) { return nn::detail::adapter_checkpoint_config(m); }
+
 DTRAIN_INLINE c10::Dict<std::string, at::Tensor> named_state(const torch::nn::Module& m, bool clone) {
   c10::Dict<std::string, at::Tensor> d;
   const bool adapters_only = saves_trainable_only(m);
