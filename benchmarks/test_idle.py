@@ -60,7 +60,7 @@ allowed = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 
                           "idle.refuse({'idle': False}, True)" % here])
 check(allowed.returncode == 0, "--allow-load keeps them")
 
-for script in ("vs_peer.py", "vs_text_peer.py", "vs_image_peer.py", "vs_minilm_peer.py", "vs_vit_peer.py",
+for script in ("vs_peer.py", "vs_text_peer.py", "vs_image_peer.py", "vs_minilm_peer.py", "vs_vit_peer.py", "vs_llm_peer.py",
                "checkpoint_stall.py", "gpu_vs_torch.py"):
     out = subprocess.run([sys.executable, os.path.join(here, script), "--help"], capture_output=True, text=True)
     check(out.returncode == 0 and "--allow-load" in out.stdout, script + " takes --allow-load")
