@@ -264,6 +264,20 @@ void check_recompute_equals_plain(Model& model, const torch::Tensor& ids) {
 }
 }  // namespace
 
+TEST_CASE("lora_dropout_drops_p_scales_the_rest_and_repeats_from_the_generator_state", "[nn]") {
+  const auto x = torch::ones({64, 1000});
+  torch::manual_seed(3);
+  const auto a = nn::detail::lora_dropout(x, 0.25, true);
+  const double dropped = (a == 0).to(torch::kDouble).mean().item<double>();
+  CHECK(std::abs(dropped - 0.25) < 0.01);  // 64,000 draws: the standard error is 0.0017
+  CHECK(a.masked_select(a != 0).sub(1.0 / 0.75).abs().max().item<double>() < 1e-6);
+  torch::manual_seed(3);
+  CHECK(torch::equal(nn::detail::lora_dropout(x, 0.25, true), a));  // what recomputation relies on
+  CHECK(!torch::equal(nn::detail::lora_dropout(x, 0.25, true), a));
+  CHECK(torch::equal(nn::detail::lora_dropout(x, 0.25, false), x));
+  CHECK(torch::equal(nn::detail::lora_dropout(x, 0.0, true), x));
+}
+
 TEST_CASE("causal_lm_gradient_checkpointing_equals_the_plain_run", "[nn]") {
   torch::manual_seed(3);
   const auto ids = torch::randint(3, 50, {2, 9});

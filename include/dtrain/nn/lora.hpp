@@ -91,6 +91,11 @@ namespace detail {
 /// base_model_name_or_path as base_model. Error naming the file and the field for another PEFT
 /// method or an option dtrain does not implement.
 LoraConfig read_lora_config(const std::filesystem::path& file);
+/// LoRA's dropout: `x` with each element zeroed with probability p and the rest scaled by
+/// 1 / (1 - p), in training. For a CPU float tensor the mask comes from one draw of the default
+/// CPU generator (so the same generator state gives the same mask, as recomputation needs);
+/// otherwise it is at::dropout.
+torch::Tensor lora_dropout(const torch::Tensor& x, double p, bool training);
 }  // namespace detail
 
 }  // namespace nn

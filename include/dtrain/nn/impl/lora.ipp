@@ -7,12 +7,14 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <ostream>
 #include <regex>
 #include <set>
 
 #include <nlohmann/json.hpp>
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/init.h>
 
 #include <dtrain/checkpointer/files.hpp>
@@ -36,10 +38,42 @@ DTRAIN_INLINE void LoraConfig::validate() const {
     throw ConfigError("nn::LoraConfig: no target_modules and no target_pattern; name the layers to adapt (\"q_proj\", ...)");
 }
 
+// torch's CPU bernoulli_ draws the Mersenne Twister once an element, serially: a fifth of a LoRA
+// step. One draw seeds splitmix64, which gives two elements' 32-bit draws a step.
+DTRAIN_INLINE torch::Tensor detail::lora_dropout(const torch::Tensor& x, double p, bool training) {
+  if (!training || p <= 0) return x;
+  if (!x.device().is_cpu() || x.scalar_type() != torch::kFloat) return at::dropout(x, p, training);
+  std::uint64_t state;
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    state = gen.get<at::CPUGeneratorImpl>()->random64();
+  }
+  auto mask = at::empty(x.sizes(), x.options().requires_grad(false));
+  float* m = mask.data_ptr<float>();
+  const auto n = mask.numel();
+  const auto threshold = static_cast<std::uint64_t>(p * 4294967296.0);
+  const float keep = static_cast<float>(1.0 / (1.0 - p));
+  const auto next = [&state] {
+    std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  };
+  std::int64_t i = 0;
+  for (; i + 1 < n; i += 2) {
+    const auto r = next();
+    m[i] = (r & 0xffffffffULL) < threshold ? 0.f : keep;
+    m[i + 1] = (r >> 32) < threshold ? 0.f : keep;
+  }
+  if (i < n) m[i] = (next() & 0xffffffffULL) < threshold ? 0.f : keep;
+  return x * mask;
+}
+
 DTRAIN_INLINE torch::Tensor LoraLayer::lora_delta(const torch::Tensor& x, bool training) const {
   // PEFT's dtypes: fp32 adapters on a half or bf16 base take the input in fp32 and give back x's dtype.
   auto in = x.scalar_type() == lora_A->weight.scalar_type() ? x : x.to(lora_A->weight.scalar_type());
-  if (lora_config->dropout > 0) in = at::dropout(in, lora_config->dropout, training);
+  in = detail::lora_dropout(in, lora_config->dropout, training);
   const auto delta = at::linear(at::linear(in, lora_A->weight), lora_B->weight) * lora_config->scaling();
   return delta.scalar_type() == x.scalar_type() ? delta : delta.to(x.scalar_type());
 }
