@@ -77,10 +77,19 @@ inline std::shared_ptr<const LoraConfig> lora_config_of(const torch::nn::Module&
   return nullptr;
 }
 
-/// adapter_config.json as PEFT writes it for `config`: PEFT's defaults for what dtrain does not
-/// implement, so that PEFT reads what dtrain trained. `base` is base_model_name_or_path ("": null).
-inline nlohmann::json peft_adapter_config(const LoraConfig& config, bool fan_in_fan_out, const std::string& task_type,
-                                          const std::string& base) {
+/// adapter_config.json as PEFT writes it for `model`'s adapters (null when it has none): PEFT's
+/// defaults for what dtrain does not implement, so that PEFT reads what dtrain trained. `base` is
+/// base_model_name_or_path ("": null).
+inline nlohmann::json peft_adapter_config(const torch::nn::Module& model, const std::string& task_type, const std::string& base) {
+  std::shared_ptr<const LoraConfig> adapters;
+  bool fan_in_fan_out = false;
+  for (const auto& [name, layer] : lora_layers(model))
+    if (layer->has_lora()) {
+      adapters = layer->lora_config;
+      fan_in_fan_out = fan_in_fan_out || layer->fan_in_fan_out();
+    }
+  if (!adapters) return nullptr;
+  const auto& config = *adapters;
   nlohmann::json j = {{"peft_type", "LORA"},
                       {"task_type", task_type.empty() ? nlohmann::json() : nlohmann::json(task_type)},
                       {"base_model_name_or_path", base.empty() ? nlohmann::json() : nlohmann::json(base)},
@@ -104,15 +113,9 @@ inline nlohmann::json peft_adapter_config(const LoraConfig& config, bool fan_in_
 /// config of the adapters and, when add_lora was given base_model, the base's identity under
 /// "dtrain_base_files". "" for a model without adapters.
 inline std::string adapter_checkpoint_config(const torch::nn::Module& model) {
-  std::shared_ptr<const LoraConfig> config;
-  bool fan_in_fan_out = false;
-  for (const auto& [name, layer] : lora_layers(model))
-    if (layer->has_lora()) {
-      config = layer->lora_config;
-      fan_in_fan_out = fan_in_fan_out || layer->fan_in_fan_out();
-    }
+  const auto config = lora_config_of(model);
   if (!config) return {};
-  auto j = peft_adapter_config(*config, fan_in_fan_out, "", config->base_model);
+  auto j = peft_adapter_config(model, "", config->base_model);
   if (!config->base_files.empty()) j["dtrain_base_files"] = nlohmann::json::parse(config->base_files);
   return j.dump(2);
 }

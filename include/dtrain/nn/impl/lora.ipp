@@ -256,22 +256,15 @@ inline const char* peft_prefix() { return "base_model.model."; }
 
 DTRAIN_INLINE void save_peft_adapter(const torch::nn::Module& model, const std::filesystem::path& dir, const PeftAdapterOptions& options) {
   namespace fs = std::filesystem;
-  std::shared_ptr<const LoraConfig> config;
-  bool fan_in_fan_out = false;
-  for (const auto& [name, layer] : detail::lora_layers(model))
-    if (layer->has_lora()) {
-      config = layer->lora_config;
-      fan_in_fan_out = fan_in_fan_out || layer->fan_in_fan_out();
-    }
+  const auto j = detail::peft_adapter_config(model, options.task_type, options.base_model_name_or_path);
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
   for (const auto& [name, tensor] : lora_parameters(model)) tensors.emplace_back(detail::peft_prefix() + name, tensor.detach());
-  if (!config) throw ConfigError("nn::save_peft_adapter(" + dir.string() + "): the model has no LoRA adapter (nn::add_lora adds them)");
+  if (j.is_null()) throw ConfigError("nn::save_peft_adapter(" + dir.string() + "): the model has no LoRA adapter (nn::add_lora adds them)");
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw Error(dir.string() + ": cannot create the directory (" + ec.message() + ")");
   weights::save_safetensors(dir / "adapter_model.safetensors", tensors, {{"format", "pt"}});
 
-  const auto j = detail::peft_adapter_config(*config, fan_in_fan_out, options.task_type, options.base_model_name_or_path);
   const auto path = dir / "adapter_config.json";
   std::ofstream out(path);
   out << j.dump(2) << '\n';
