@@ -299,7 +299,6 @@ def check(name, path, texts, expect_bos=None, expect_eos=None, must_see=None):
     return differing
 
 
-gpt2 = train_gpt2()
 FALLBACK = ["<0x%02X>" % b for b in range(256)]
 gpt2 = train_gpt2()
 check("gpt2", gpt2, texts, expect_eos="<|endoftext|>", must_see={"<|endoftext|>": ["<|endoftext|>"]})
