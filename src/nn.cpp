@@ -9,6 +9,8 @@
 #include <dtrain/nn/impl/batchnorm.ipp>
 #include <dtrain/nn/impl/bert.ipp>
 #include <dtrain/nn/impl/bert_config.ipp>
+#include <dtrain/nn/impl/clip.ipp>
+#include <dtrain/nn/impl/clip_config.ipp>
 #include <dtrain/nn/impl/decoder.ipp>
 #include <dtrain/nn/impl/encoder.ipp>
 #include <dtrain/nn/impl/generate.ipp>

@@ -3,7 +3,8 @@
 // directory is the program's argument) fine-tuned with a new 3-label head on 2 workers, then its
 // checkpoint exported as a Hugging Face directory and served from the checkpoint alone: raw texts
 // through a Predictor, and a list of texts through batch_predict on 2 workers. The data: 96 rows of
-// token ids whose label is the token at position 1 (a stand-in for a tokenised corpus).
+// token ids whose label is the token at position 1 (a stand-in for a tokenised corpus). Then
+// docs/models.md's CLIP block: a CLIP directory loaded and its image and text features computed.
 //   snippets_models MODEL_DIR
 
 #include "snippets.hpp"
@@ -83,6 +84,38 @@ int main(int argc, char** argv) try {
   // [bert serve]
   std::cout << "served: " << p[0].label.size() << "-letter label, logits " << logits.sizes() << ", batch "
             << job.samples << " rows of " << job.class_names.size() << " classes\n";
+
+  {  // A small CLIP with random weights, written as transformers writes one, stands in for the hub's.
+    dtrain::nn::CLIPConfig small;
+    for (dtrain::nn::CLIPEncoderConfig* tower : {static_cast<dtrain::nn::CLIPEncoderConfig*>(&small.text_config),
+                                                 static_cast<dtrain::nn::CLIPEncoderConfig*>(&small.vision_config)}) {
+      tower->hidden_size = 32;
+      tower->intermediate_size = 64;
+      tower->num_hidden_layers = 2;
+      tower->num_attention_heads = 4;
+    }
+    small.text_config.vocab_size = 100;
+    small.text_config.eos_token_id = 99;
+    small.vision_config.image_size = 32;
+    small.vision_config.patch_size = 8;
+    small.projection_dim = 24;
+    dtrain::nn::save_pretrained(dtrain::nn::CLIPModel(small), "clip-small");
+  }
+  const std::filesystem::path clip_dir = "clip-small";
+  // [clip features]
+  auto clip_config = dtrain::nn::CLIPConfig::from_pretrained(clip_dir);  // clip_dir/config.json
+  dtrain::nn::CLIPModel clip(clip_config);
+  dtrain::nn::load_pretrained(clip, clip_dir);  // strict: every tensor by transformers' name
+  clip->eval();
+  c10::InferenceMode inference;
+  const auto side = clip_config.vision_config.image_size;
+  torch::Tensor image_embeds = clip->get_image_features(torch::randn({2, 3, side, side}));  // [2, projection_dim]
+  const auto eos = clip_config.text_config.eos_token_id;
+  const auto input_ids = torch::tensor({{5L, 6L, 7L, eos}, {8L, eos, 0L, 0L}});  // each row ends at its EOS
+  const auto attention_mask = torch::tensor({{1L, 1L, 1L, 1L}, {1L, 1L, 0L, 0L}});
+  torch::Tensor text_embeds = clip->get_text_features(input_ids, attention_mask);  // [2, projection_dim]
+  // [clip features]
+  std::cout << "clip: image features " << image_embeds.sizes() << ", text features " << text_embeds.sizes() << "\n";
   return 0;
 } catch (const std::exception& e) {
   std::cerr << "snippets_models: " << e.what() << "\n";

@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // dtrain's model umbrella (docs/models.md): the model families with the published checkpoints'
-// names (BERT, ViT, ResNet; the decoders Llama, Mistral, Qwen2 and GPT-2 with generation; LoRA adapters PEFT loads) and their layers, the models a checkpoint describes
+// names (BERT, ViT, CLIP, ResNet; the decoders Llama, Mistral, Qwen2 and GPT-2 with generation; LoRA adapters PEFT loads) and their layers, the models a checkpoint describes
 // (checkpointer/model_config.hpp), and the weights files (safetensors, sharded indexes, torch.save
 // pickles).
 
 #include <dtrain/checkpointer/model_config.hpp>
 #include <dtrain/nn/bert.hpp>
 #include <dtrain/nn/bert_export.hpp>
+#include <dtrain/nn/clip.hpp>
+#include <dtrain/nn/clip_config.hpp>
 #include <dtrain/nn/decoder.hpp>
 #include <dtrain/nn/encoder.hpp>
 #include <dtrain/nn/generate.hpp>

@@ -122,7 +122,8 @@ torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const
 
 namespace detail {
 
-/// config.json's hidden_act on x: silu (swish), gelu (erf), gelu_pytorch_tanh / gelu_new (tanh), relu.
+/// config.json's hidden_act on x: silu (swish), gelu (erf), gelu_pytorch_tanh / gelu_new (tanh),
+/// quick_gelu (CLIP's x * sigmoid(1.702 x)), relu.
 torch::Tensor hub_activation(const std::string& name, const torch::Tensor& x);
 /// transformers' _init_weights for a decoder: 2-D weights (Linear, Embedding) normal(0, std),
 /// biases zero, the rest (norms) as built.

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// What every Hugging Face model family here (nn/bert_config.hpp, nn/vit_config.hpp) shares about
-// reading a model directory's config.json: the file itself, and its labels (id2label, label2id,
-// num_labels) read and written as transformers' PretrainedConfig does.
+// What every Hugging Face model family here (BERT, ViT, CLIP, Llama, GPT-2) shares about reading a
+// model directory's config.json: the file itself, a reader of its keys with errors that name file,
+// key and value, and its labels (id2label, label2id, num_labels) read and written as transformers'
+// PretrainedConfig does.
 
 #include <cstdint>
 #include <exception>
@@ -74,6 +75,33 @@ std::vector<std::string> read_hub_labels(const nlohmann::json& j, std::vector<st
                std::to_string(id2label.size()) + " labels");
   return id2label;
 }
+
+/// A config.json key's value read into `field` when present, else the field keeps its default
+/// (`required`: a ConfigError). `used` collects the keys read; `fail(what)` makes the error. What
+/// every family's config reader shares.
+struct HubJsonReader {
+  const nlohmann::json& j;
+  std::string source;
+  std::vector<std::string> used;
+
+  ConfigError fail(const std::string& what) const { return ConfigError(source + ": " + what); }
+  void take(const char* key, std::int64_t& field, bool required = false);
+  void take(const char* key, double& field);
+  void take(const char* key, bool& field);
+  void take(const char* key, std::string& field);
+  /// An optional id (null or absent: none).
+  void take(const char* key, std::optional<std::int64_t>& field);
+  /// One id or a list of ids (null or absent: none).
+  void take(const char* key, std::vector<std::int64_t>& field);
+  /// Keys not read, into `extra` (keys that say what a file was are dropped).
+  nlohmann::json rest() const;
+  /// ConfigError unless `value` >= `least`.
+  void at_least(const char* key, std::int64_t value, std::int64_t least) const;
+};
+
+/// One id, or the list, or null: as config.json spells eos_token_id.
+nlohmann::json ids_json(const std::vector<std::int64_t>& ids);
+
 
 /// id2label and label2id written into config.json's object `j`.
 void write_hub_labels(nlohmann::json& j, const std::vector<std::string>& id2label);

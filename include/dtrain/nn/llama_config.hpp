@@ -94,36 +94,6 @@ struct LlamaConfig {
 inline void to_json(nlohmann::json& j, const LlamaConfig& c) { j = c.to_json(); }
 inline void from_json(const nlohmann::json& j, LlamaConfig& c) { c = LlamaConfig::from_json(j); }
 
-namespace detail {
-
-/// A config.json key's value read into `field` when present, else the field keeps its default
-/// (`required`: a ConfigError). `used` collects the keys read; `fail(what)` makes the error. What
-/// the decoder configs (LlamaConfig, GPT2Config) share.
-struct HubJsonReader {
-  const nlohmann::json& j;
-  std::string source;
-  std::vector<std::string> used;
-
-  ConfigError fail(const std::string& what) const { return ConfigError(source + ": " + what); }
-  void take(const char* key, std::int64_t& field, bool required = false);
-  void take(const char* key, double& field);
-  void take(const char* key, bool& field);
-  void take(const char* key, std::string& field);
-  /// An optional id (null or absent: none).
-  void take(const char* key, std::optional<std::int64_t>& field);
-  /// One id or a list of ids (null or absent: none).
-  void take(const char* key, std::vector<std::int64_t>& field);
-  /// Keys not read, into `extra` (keys that say what a file was are dropped).
-  nlohmann::json rest() const;
-  /// ConfigError unless `value` >= `least`.
-  void at_least(const char* key, std::int64_t value, std::int64_t least) const;
-};
-
-/// One id, or the list, or null: as config.json spells eos_token_id.
-nlohmann::json ids_json(const std::vector<std::int64_t>& ids);
-
-}  // namespace detail
-
 }  // namespace nn
 
 DTRAIN_NAMESPACE_END

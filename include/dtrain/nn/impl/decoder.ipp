@@ -17,6 +17,7 @@ DTRAIN_INLINE torch::Tensor hub_activation(const std::string& name, const torch:
   if (name == "silu" || name == "swish") return at::silu(x);
   if (name == "gelu") return at::gelu(x);
   if (name == "gelu_pytorch_tanh" || name == "gelu_new") return at::gelu(x, "tanh");
+  if (name == "quick_gelu") return x * at::sigmoid(1.702 * x);  // CLIP's, as transformers' QuickGELUActivation
   return at::relu(x);
 }
 
