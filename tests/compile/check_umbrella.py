@@ -26,6 +26,8 @@ OPTIONAL = {
     "dtrain/data/image_transforms.hpp": "OpenCV (the dtrain::images target)",
     "dtrain/evaluation/image_inputs.hpp": "OpenCV (the dtrain::images target)",
     "dtrain/data/vit_image_processor.hpp": "OpenCV (the dtrain::images target)",
+    "dtrain/data/clip_image_processor.hpp": "OpenCV (the dtrain::images target)",
+    "dtrain/data/hub_image_processor.hpp": "OpenCV (the dtrain::images target)",
 }
 # What a training program's umbrella must not parse in the compiled mode.
 NOT_TRAINING = re.compile(r'^dtrain/(nn/|tune|weights|data/(wordpiece|bpe_tokenizer|sentencepiece|csv|jsonl|pipeline|preprocess)|'

@@ -12,6 +12,15 @@ scripts/python-env (torch, transformers, safetensors). No downloads: the model i
                                    before the padding's), and, in fp32 eval mode, image_embeds,
                                    text_embeds (get_*_features), logits_per_image, and both towers'
                                    last_hidden_state and pooler_output
+                                   DIR/processor (a CLIPImageProcessor: shortest edge 30, crop 30,
+                                   the model's input), DIR/grow (shortest edge 64, crop 56 x 48);
+                                   DIR/images: vit_reference.py's image files and a huge one
+                                   (1600 x 1200)
+    clip_reference.py process CONFIG_DIR FILE
+    clip_reference.py compare CONFIG_DIR FILE PIL_LEVELS AUTO_LEVELS
+                                   vit_reference.py's commands of the same names, for the
+                                   CLIPImageProcessor of CONFIG_DIR (the PIL backend,
+                                   CLIPImageProcessorPil, and AutoImageProcessor's default)
     clip_reference.py check DIR FILE
                                    loads DIR with transformers' CLIPModel.from_pretrained (any
                                    missing or unexpected key fails), computes get_image_features and
@@ -22,6 +31,7 @@ Each command prints every check with its largest absolute difference, then "N ch
 exits 1 when M > 0 or N == 0.
 """
 
+import os
 import sys
 
 import torch
@@ -100,7 +110,17 @@ def make(d):
             "text_last_hidden_state": t.last_hidden_state, "text_pooler_output": t.pooler_output,
         }
     save_file({k: x.contiguous() for k, x in tensors.items()}, f"{d}/reference.safetensors")
-    print(f"made {d}: clip, vision, text, reference.safetensors")
+
+    from PIL import Image
+    from transformers import CLIPImageProcessorPil
+    CLIPImageProcessorPil(size={"shortest_edge": 30}, crop_size={"height": 30, "width": 30}).save_pretrained(f"{d}/processor")
+    CLIPImageProcessorPil(size={"shortest_edge": 64}, crop_size={"height": 56, "width": 48}).save_pretrained(f"{d}/grow")
+    g = vit_reference.make_images(d)
+    ys, xs = torch.meshgrid(torch.arange(1200), torch.arange(1600), indexing="ij")
+    planes = torch.stack([(xs * 255 // 1599), (ys * 255 // 1199), ((xs + ys) * 7) % 256]).permute(1, 2, 0)
+    pixels = (planes + torch.randint(-40, 41, planes.shape, generator=g)).clamp(0, 255).to(torch.uint8).numpy()
+    Image.fromarray(pixels, "RGB").save(f"{d}/images/huge.png")
+    print(f"made {d}: clip, vision, text, reference.safetensors, processor, grow, images")
     return 0
 
 
@@ -120,8 +140,21 @@ def check(model_dir, file):
     return checks.exit()
 
 
+def process(config_dir, file):
+    from transformers import CLIPImageProcessorPil
+    return vit_reference.process(config_dir, file, pil_class=CLIPImageProcessorPil)
+
+
+def compare(config_dir, file, pil_levels, auto_levels):
+    from transformers import CLIPImageProcessorPil
+    return vit_reference.compare(config_dir, file, float(pil_levels), float(auto_levels), pil_class=CLIPImageProcessorPil)
+
+
 if __name__ == "__main__":
-    commands = {"make": (make, 1), "check": (check, 2)}
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import vit_reference  # noqa: E402 (the image files and the processor checks)
+
+    commands = {"make": (make, 1), "check": (check, 2), "process": (process, 2), "compare": (compare, 4)}
     if len(sys.argv) < 2 or sys.argv[1] not in commands or len(sys.argv) != 2 + commands[sys.argv[1]][1]:
         print(__doc__, file=sys.stderr)
         sys.exit(2)

@@ -78,7 +78,6 @@ def processor_class():
 
 
 def make(d):
-    from PIL import Image
     from transformers import ViTConfig, ViTForImageClassification, ViTModel
 
     config = ViTConfig(image_size=32, patch_size=8, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -106,6 +105,14 @@ def make(d):
                    "last_hidden_state": cls.vit(pixel_values).last_hidden_state,
                    "base_last_hidden_state": base(pixel_values).last_hidden_state}
     save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(d, "reference.safetensors"))
+    make_images(d)
+    print(f"made {d}: cls, base, shrink, reference.safetensors, images")
+    return 0
+
+
+def make_images(d):
+    """DIR/images: the image files of the processor tests (see make above)."""
+    from PIL import Image
 
     images = os.path.join(d, "images")
     os.makedirs(images, exist_ok=True)
@@ -135,8 +142,7 @@ def make(d):
         else:
             image = Image.fromarray(pixels[:, :, :len(mode)], mode)
         image.save(os.path.join(images, name), **({"quality": 95} if name.endswith(".jpg") else {}))
-    print(f"made {d}: cls, base, shrink, reference.safetensors, images")
-    return 0
+    return g
 
 
 def check(model_dir, path):
@@ -163,11 +169,11 @@ def check(model_dir, path):
     return c.exit()
 
 
-def process(config_dir, path):
+def process(config_dir, path, pil_class=None):
     from PIL import Image
 
     c = Checks()
-    processor = processor_class().from_pretrained(config_dir)
+    processor = (pil_class or processor_class()).from_pretrained(config_dir)
     with safe_open(path, "pt") as f:
         files = json.loads(f.metadata()["files"])
         ours = f.get_tensor("pixel_values")
@@ -179,12 +185,12 @@ def process(config_dir, path):
     return c.exit()
 
 
-def compare(config_dir, path, pil_levels, auto_levels):
+def compare(config_dir, path, pil_levels, auto_levels, pil_class=None):
     from PIL import Image
     from transformers import AutoImageProcessor
 
     c = Checks()
-    pil = processor_class().from_pretrained(config_dir)
+    pil = (pil_class or processor_class()).from_pretrained(config_dir)
     auto = AutoImageProcessor.from_pretrained(config_dir)
     std = torch.tensor(pil.image_std).view(3, 1, 1)
     with safe_open(path, "pt") as f:

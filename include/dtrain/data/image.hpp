@@ -93,18 +93,31 @@ inline int uniform_int(at::Generator& g, int n) {
   return static_cast<int>(impl->random64() % static_cast<std::uint64_t>(n + 1));
 }
 
-// PIL's precompute_coeffs + normalize_coeffs_8bpc (Resample.c) for its bilinear filter: for each
-// output position, the first input index, the count, and 22-bit fixed-point weights.
+/// PIL's resampling filters (Image.Resampling): BILINEAR (2, torchvision's and ViT's) and BICUBIC (3, CLIP's).
+enum class Resample { bilinear = 2, bicubic = 3 };
+
+// PIL's filters (Resample.c): the triangle of support 1, and Keys' cubic with a = -0.5 of support 2.
+inline double pil_filter(Resample f, double x) {
+  x = std::abs(x);
+  if (f == Resample::bilinear) return x < 1.0 ? 1.0 - x : 0.0;
+  constexpr double a = -0.5;
+  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+  if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+  return 0.0;
+}
+
+// PIL's precompute_coeffs + normalize_coeffs_8bpc (Resample.c): for each output position, the
+// first input index, the count, and 22-bit fixed-point weights.
 struct ResampleAxis {
   static constexpr int kPrecisionBits = 32 - 8 - 2;
   std::vector<int> first, count;
   std::vector<std::int32_t> weights;  // `ksize` per output position
   int ksize = 0;
 
-  ResampleAxis(int in_size, int out_size) {
+  ResampleAxis(int in_size, int out_size, Resample filter) {
     const double scale = static_cast<double>(in_size) / out_size;
     const double filterscale = scale < 1.0 ? 1.0 : scale;
-    const double support = 1.0 * filterscale;  // the bilinear (triangle) filter's support is 1
+    const double support = (filter == Resample::bilinear ? 1.0 : 2.0) * filterscale;
     ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
     first.resize(static_cast<std::size_t>(out_size));
     count.resize(static_cast<std::size_t>(out_size));
@@ -120,8 +133,7 @@ struct ResampleAxis {
       xmax -= xmin;
       double ww = 0.0;
       for (int x = 0; x < xmax; ++x) {
-        const double t = std::abs((x + xmin - center + 0.5) * ss);
-        k[static_cast<std::size_t>(x)] = t < 1.0 ? 1.0 - t : 0.0;
+        k[static_cast<std::size_t>(x)] = pil_filter(filter, (x + xmin - center + 0.5) * ss);
         ww += k[static_cast<std::size_t>(x)];
       }
       for (int x = 0; x < xmax; ++x) {
@@ -140,13 +152,13 @@ struct ResampleAxis {
   }
 };
 
-// PIL's ImagingResample for 8-bit images with the bilinear filter: a horizontal pass, then a
-// vertical one, each rounding to 8 bits (skipped along an axis whose size does not change).
-inline cv::Mat pil_resize_bilinear(const cv::Mat& in, int out_h, int out_w) {
+// PIL's ImagingResample for 8-bit images: a horizontal pass, then a vertical one, each rounding
+// to 8 bits (skipped along an axis whose size does not change).
+inline cv::Mat pil_resize(const cv::Mat& in, int out_h, int out_w, Resample filter) {
   const int cn = in.channels();
   cv::Mat cur = in;
   if (out_w != in.cols) {
-    const ResampleAxis ax(in.cols, out_w);
+    const ResampleAxis ax(in.cols, out_w, filter);
     cv::Mat tmp(cur.rows, out_w, in.type());
     for (int y = 0; y < cur.rows; ++y) {
       const std::uint8_t* s = cur.ptr<std::uint8_t>(y);
@@ -164,7 +176,7 @@ inline cv::Mat pil_resize_bilinear(const cv::Mat& in, int out_h, int out_w) {
     cur = tmp;
   }
   if (out_h != in.rows) {
-    const ResampleAxis ax(in.rows, out_h);
+    const ResampleAxis ax(in.rows, out_h, filter);
     cv::Mat tmp(out_h, cur.cols, in.type());
     const int row = cur.cols * cn;
     for (int yy = 0; yy < out_h; ++yy) {
@@ -230,7 +242,7 @@ struct resize {
       if (rows <= cols) w = static_cast<int>(static_cast<double>(height) * cols / rows);
       else h = static_cast<int>(static_cast<double>(height) * rows / cols), w = height;
     }
-    if (h != im.pixels.rows || w != im.pixels.cols) im.pixels = detail::pil_resize_bilinear(im.pixels, h, w);
+    if (h != im.pixels.rows || w != im.pixels.cols) im.pixels = detail::pil_resize(im.pixels, h, w, detail::Resample::bilinear);
     return im;
   }
 

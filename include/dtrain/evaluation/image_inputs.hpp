@@ -3,7 +3,7 @@
 // evaluation::ImageInputs: raw image files into a Predictor or batch_predict restored from a
 // checkpoint, through the image preprocessing and the class names the training saved with it,
 // whichever preprocessing that was (data::ImageTransforms, or a fine-tuned ViT's
-// data::ViTImageProcessor):
+// data::ViTImageProcessor, or a CLIP vision tower's data::CLIPImageProcessor):
 //
 //   ctx.checkpoint(model, opt).with_object("transforms", eval).with_object("labels", labels)
 //   auto predictor = Predictor<Net>::from_checkpoint(dir, dtrain::evaluation::ImageInputs{});
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <dtrain/checkpointer/checkpoint.hpp>
+#include <dtrain/data/clip_image_processor.hpp>
 #include <dtrain/data/image_transforms.hpp>
 #include <dtrain/data/vit_image_processor.hpp>
 #include <dtrain/evaluation/predictor.hpp>
@@ -29,7 +30,7 @@ namespace evaluation {
 /// (`data::LabelEncoder::fit(folder.classes())`: an ImageFolder's classes are sorted, as the
 /// encoder's are, so class k keeps its name). A file becomes one row of the model's float
 /// [N, C, H, W] input, given to its forward(Tensor). restore(ck) reads which preprocessing was
-/// saved (data::ImageTransforms or data::ViTImageProcessor) from the object itself;
+/// saved (data::ImageTransforms, data::ViTImageProcessor or data::CLIPImageProcessor) from the object itself;
 /// restore<Transforms>(ck) loads a type of your own.
 struct ImageInputs {
   explicit ImageInputs() = default;
@@ -41,9 +42,10 @@ struct ImageInputs {
     const auto kind = ck.object_kind(transforms);
     if (kind == "ImageTransforms") return restore<data::ImageTransforms>(ck);
     if (kind == "ViTImageProcessor") return restore<data::ViTImageProcessor>(ck);
+    if (kind == "CLIPImageProcessor") return restore<data::CLIPImageProcessor>(ck);
     detail::unknown_preprocessing(ck, transforms, kind,
                                   {.inputs = "ImageInputs", .field = "transforms",
-                                   .known = "ImageTransforms and ViTImageProcessor", .your_type = "YourTransforms"});
+                                   .known = "ImageTransforms, ViTImageProcessor and CLIPImageProcessor", .your_type = "YourTransforms"});
   }
 
   /// `Transforms`: what the training saved as `transforms`, with load(archive) and
