@@ -87,12 +87,16 @@ class StatefulStage {
     static_assert(std::is_invocable_r_v<Fields, C&, Fields>,
                   "dtrain::data::map_batches<C>(options, args...): C is not callable on a batch: give it "
                   "`dtrain::data::Fields operator()(dtrain::data::Fields batch)` returning the batch's new fields");
-    auto saved = std::make_shared<std::tuple<std::decay_t<Args>...>>(std::forward<Args>(args)...);
-    Factory make = [saved]() -> std::shared_ptr<void> {
-      return std::apply([](const auto&... a) { return std::make_shared<C>(a...); }, std::as_const(*saved));
-    };
-    Call call = [](void* instance, Fields batch) -> Fields { return Fields((*static_cast<C*>(instance))(std::move(batch))); };
-    return StatefulStage(std::move(options), dtrain::detail::type_name<C>(), std::move(make), std::move(call));
+    if constexpr (std::is_constructible_v<C, const std::decay_t<Args>&...> && std::is_invocable_r_v<Fields, C&, Fields>) {
+      auto saved = std::make_shared<std::tuple<std::decay_t<Args>...>>(std::forward<Args>(args)...);
+      Factory make = [saved]() -> std::shared_ptr<void> {
+        return std::apply([](const auto&... a) { return std::make_shared<C>(a...); }, std::as_const(*saved));
+      };
+      Call call = [](void* instance, Fields batch) -> Fields { return Fields((*static_cast<C*>(instance))(std::move(batch))); };
+      return StatefulStage(std::move(options), dtrain::detail::type_name<C>(), std::move(make), std::move(call));
+    } else {
+      return StatefulStage(std::move(options), {}, {}, {});  // not reached: the static_assert above stops the build
+    }
   }
 
   /// The stage run on `batch`, whose rows are the samples `rows` (their indices in the source;
