@@ -539,6 +539,15 @@ TEST_CASE("pipeline: a stage over a class is constructed lazily once per instanc
   for (const auto& b : dd::batches(ds, iota(160), 8, 0, {}, 1)) CHECK(b.size() == 8);
   CHECK(Sleepy::constructed == 2);
   CHECK(Sleepy::most_busy == 2);
+  // One stage composed into two pipelines (training and validation): one set of instances.
+  Sleepy::reset();
+  const auto shared = dd::map_batches<Sleepy>({.concurrency = 1}, 0);
+  const auto train = dd::pipelined(Numbers{8}, numbered() | shared, {.loader_threads = 0});
+  const auto val = dd::pipelined(Numbers{8}, dd::filter([](std::int64_t i) { return i % 2 == 0; }) | numbered() | shared,
+                                 {.loader_threads = 0});
+  CHECK(train.get_batch(torch::arange(8)).size() == 8);
+  CHECK(val.get_batch(torch::arange(8)).size() == 4);
+  CHECK(Sleepy::constructed == 1);
 }
 
 TEST_CASE("pipeline: a stage's concurrency bounds its simultaneous calls", "[data][pipeline][stage]") {
