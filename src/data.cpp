@@ -27,6 +27,7 @@
 #include <dtrain/data/impl/row.ipp>
 #include <dtrain/data/impl/sentencepiece.ipp>
 #include <dtrain/data/impl/splits.ipp>
+#include <dtrain/data/impl/stateful_stage.ipp>
 #include <dtrain/data/impl/text_file.ipp>
 #include <dtrain/data/impl/token_ids.ipp>
 #include <dtrain/data/impl/wordpiece.ipp>

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -217,13 +218,66 @@ int bpe() {
   return 0;
 }
 
+// [stage class]
+// A pretrained encoder inside the pipeline: each instance loads the weights once, then embeds
+// batches on the loader threads.
+struct Embed {
+  explicit Embed(const std::string& weights) {
+    torch::load(encoder, weights);
+    encoder->eval();
+  }
+  dtrain::data::Fields operator()(dtrain::data::Fields batch) {  // runs under c10::InferenceMode
+    batch.set("embedding", torch::relu(encoder(batch["image"].flatten(1))));  // a column added,
+    batch.erase("image");                                                     // one dropped
+    return batch;
+  }
+  torch::nn::Linear encoder{784, 64};
+};
+// [stage class]
+
+int stage() {
+  fresh_directory("data_stage");
+  torch::manual_seed(0);
+  torch::save(torch::nn::Linear(784, 64), "encoder.pt");  // the "pretrained" weights
+  const auto images = torch::rand({512, 1, 28, 28});
+  const auto labels = torch::arange(512) % 2;
+  // [stage]
+  namespace data = dtrain::data;
+  // Images by index, collated, then embedded: 2 instances of Embed at most, 64 images a call.
+  auto embedded = data::map([&](std::int64_t i) { return data::Fields{{"image", images[i]}, {"label", labels[i]}}; }) |
+                  data::collate(data::stack()) |
+                  data::map_batches<Embed>({.concurrency = 2, .batch_size = 64, .name = "encoder"}, "encoder.pt");
+  std::vector<std::int64_t> ids(images.size(0));
+  std::iota(ids.begin(), ids.end(), 0);
+  const auto train = data::pipelined(ids, embedded, {.loader_threads = 2});
+
+  using Trainer = dtrain::Trainer<torch::nn::Linear, std::decay_t<decltype(train)>>;
+  Trainer trainer({.num_workers = 2}, dtrain::RunConfig{.storage_path = "runs", .name = "embedded"});
+  auto result = trainer.fit([&](Trainer::context& ctx) {  // each worker constructs its own Embed instances
+    auto head = ctx.prepare_model(torch::nn::Linear(64, 2));
+    torch::optim::Adam opt(ctx.parameters(head), 1e-2);
+    for (auto epoch : ctx.epochs(2)) {
+      for (const auto& b : ctx.shard(train, 128)) {  // b["embedding"]: [128, 64], b["label"]; no "image"
+        opt.zero_grad();
+        ctx.backward(torch::nn::functional::cross_entropy(ctx.forward(head, b["embedding"]), b["label"]));
+        ctx.step(opt);
+      }
+      ctx.report({{"epoch", epoch}});
+    }
+  });
+  // [stage]
+  std::cout << "stage: last epoch " << result.metrics.at("epoch").number() << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int data_page(const std::string& block) {
   if (block == "text") return text();
   if (block == "wordpiece") return wordpiece();
   if (block == "bpe") return bpe();
-  std::cerr << "snippets data: no block " << block << "; the blocks are text, wordpiece and bpe\n";
+  if (block == "stage") return stage();
+  std::cerr << "snippets data: no block " << block << "; the blocks are text, wordpiece, bpe and stage\n";
   return 2;
 }
 

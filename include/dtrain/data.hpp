@@ -27,6 +27,7 @@
 #include <dtrain/data/sentencepiece.hpp>
 #include <dtrain/data/shard.hpp>
 #include <dtrain/data/splits.hpp>
+#include <dtrain/data/stateful_stage.hpp>
 #include <dtrain/data/text_file.hpp>
 #include <dtrain/data/token_ids.hpp>
 #include <dtrain/data/wordpiece.hpp>

@@ -6,12 +6,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -30,6 +34,7 @@
 #include <dtrain/data/preprocess.hpp>
 #include <dtrain/data/shard.hpp>
 #include <dtrain/data/splits.hpp>
+#include <dtrain/data/stateful_stage.hpp>
 #include <dtrain/error.hpp>
 #include <dtrain/evaluation/predictor.hpp>
 #include <dtrain/launch/group.hpp>
@@ -415,6 +420,264 @@ TEST_CASE("pipeline: a loader thread's error reaches the loop and leaving early 
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
   CHECK_THROWS_MATCHES(dd::stack()({dd::Fields{{"a", torch::zeros({2})}}, dd::Fields{{"a", torch::zeros({3})}}}),
                        d::DataError, MessageContains({"\"a\"", "pad_to_longest"}));
+}
+
+namespace {
+// Stage classes for map_batches<C>: each counts its constructions in statics that a test resets.
+// Sample i of `numbered()` is Fields{v: i, label: i % 3}.
+auto numbered() {
+  namespace dd = d::data;
+  return dd::map([](std::int64_t i) { return dd::Fields{{"v", torch::tensor(i)}, {"label", torch::tensor(i % 3)}}; }) |
+         dd::collate(dd::stack());
+}
+std::vector<std::int64_t> iota(std::int64_t n) {
+  std::vector<std::int64_t> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = i;
+  return v;
+}
+
+// Sleeps in each call, recording how many calls overlap and which instance served each.
+struct Sleepy {
+  static inline std::atomic<int> constructed{0}, busy{0}, most_busy{0};
+  static inline std::mutex mutex;
+  static inline std::vector<int> calls;  // per instance
+  static void reset() {
+    constructed = busy = most_busy = 0;
+    calls.clear();
+  }
+  int id;
+  std::chrono::milliseconds nap;
+  explicit Sleepy(int nap_ms) : id(constructed++), nap(nap_ms) {
+    std::lock_guard lock(mutex);
+    calls.resize(static_cast<std::size_t>(constructed.load()) + 1);
+  }
+  d::data::Fields operator()(d::data::Fields b) {
+    const int now = ++busy;
+    for (int seen = most_busy; now > seen && !most_busy.compare_exchange_weak(seen, now);) {
+    }
+    {
+      std::lock_guard lock(mutex);
+      ++calls[static_cast<std::size_t>(id)];
+    }
+    std::this_thread::sleep_for(nap);
+    b.set("doubled", b["v"] * 2);
+    --busy;
+    return b;
+  }
+};
+
+// v -> [v, v * v] as "embedding", "v" dropped; records the largest chunk it was given.
+struct Square {
+  static inline std::atomic<std::int64_t> largest{0}, calls{0};
+  d::data::Fields operator()(d::data::Fields b) const {
+    ++calls;
+    for (auto seen = largest.load(); b.size() > seen && !largest.compare_exchange_weak(seen, b.size());) {
+    }
+    const auto v = b["v"].to(torch::kFloat32);
+    return {{"embedding", torch::stack({v, v * v}, 1)}, {"label", b["label"]}};
+  }
+};
+d::data::Fields square(d::data::Fields b) { return Square{}(std::move(b)); }
+// A class given explicitly is a stage over a class, even with no option set.
+static_assert(std::is_same_v<decltype(d::data::map_batches<Square>({})),
+                             d::data::pipeline<d::data::map_batches_stage<d::data::StatefulStage>>>);
+
+struct Broken {
+  static inline std::atomic<int> attempts{0};
+  explicit Broken(const std::string& dir) {
+    ++attempts;
+    throw std::runtime_error("no model in " + dir);
+  }
+  d::data::Fields operator()(d::data::Fields b) const { return b; }
+};
+struct Picky {
+  d::data::Fields operator()(d::data::Fields b) const {
+    for (auto v : ints(b["v"]))
+      if (v == 21) throw std::runtime_error("sample 21 is bad");
+    return b;
+  }
+};
+
+// A frozen "pretrained" encoder in the pipeline: a Linear(2, 4) of fixed weights, its output the
+// "embedding" column; "x" is dropped.
+struct Encoder {
+  torch::nn::Linear model{nullptr};
+  explicit Encoder(std::int64_t width) : model(2, width) {
+    torch::NoGradGuard no_grad;
+    model->weight.copy_(torch::linspace(-1, 1, width * 2).reshape({width, 2}));
+    model->bias.zero_();
+    model->eval();
+  }
+  d::data::Fields operator()(d::data::Fields b) {
+    return {{"embedding", model(b["x"])}, {"label", b["label"]}};
+  }
+};
+}  // namespace
+
+TEST_CASE("pipeline: a stage over a class is constructed lazily once per instance and shared", "[data][pipeline][stage]") {
+  namespace dd = d::data;
+  Sleepy::reset();
+  const auto p = numbered() | dd::map_batches<Sleepy>({.concurrency = 2, .name = "sleepy"}, 5);
+  auto ds = dd::pipelined(Numbers{160}, p, {.loader_threads = 4});
+  CHECK(Sleepy::constructed == 0);  // nothing until a batch is loaded
+  std::vector<std::int64_t> seen;
+  for (const auto& b : dd::batches(ds, iota(160), 4)) {
+    CHECK(b.names() == std::vector<std::string>{"v", "label", "doubled"});
+    CHECK(torch::equal(b["doubled"], b["v"] * 2));
+    for (auto v : ints(b["v"])) seen.push_back(v);
+  }
+  CHECK(seen == iota(160));
+  CHECK(Sleepy::constructed == 2);
+  REQUIRE(Sleepy::calls.size() >= 2);
+  CHECK(Sleepy::calls[0] > 0);
+  CHECK(Sleepy::calls[1] > 0);
+  CHECK(Sleepy::calls[0] + Sleepy::calls[1] == 40);
+  CHECK(Sleepy::most_busy == 2);
+  // The dataset's copies, and a second epoch, use the same two instances.
+  const auto copy = ds;
+  for (int k = 0; k < 3; ++k) CHECK(copy.get_batch(torch::tensor({1, 2}))["doubled"].size(0) == 2);
+  for (const auto& b : dd::batches(ds, iota(160), 8, 0, {}, 1)) CHECK(b.size() == 8);
+  CHECK(Sleepy::constructed == 2);
+  CHECK(Sleepy::most_busy == 2);
+  // One stage composed into two pipelines (training and validation): one set of instances.
+  Sleepy::reset();
+  const auto shared = dd::map_batches<Sleepy>({.concurrency = 1}, 0);
+  const auto train = dd::pipelined(Numbers{8}, numbered() | shared, {.loader_threads = 0});
+  const auto val = dd::pipelined(Numbers{8}, dd::filter([](std::int64_t i) { return i % 2 == 0; }) | numbered() | shared,
+                                 {.loader_threads = 0});
+  CHECK(train.get_batch(torch::arange(8)).size() == 8);
+  CHECK(val.get_batch(torch::arange(8)).size() == 4);
+  CHECK(Sleepy::constructed == 1);
+}
+
+TEST_CASE("pipeline: a stage's concurrency bounds its simultaneous calls", "[data][pipeline][stage]") {
+  namespace dd = d::data;
+  for (int concurrency : {1, 3}) {
+    Sleepy::reset();
+    auto ds = dd::pipelined(Numbers{96}, numbered() | dd::map_batches<Sleepy>({.concurrency = concurrency}, 10),
+                            {.loader_threads = 4});
+    std::int64_t rows = 0;
+    for (const auto& b : dd::batches(ds, iota(96), 4)) rows += b.size();
+    CHECK(rows == 96);
+    INFO("concurrency " << concurrency);
+    CHECK(Sleepy::constructed <= concurrency);
+    CHECK(Sleepy::most_busy <= concurrency);
+    CHECK(Sleepy::most_busy >= std::min(concurrency, 2));  // 4 threads, 10 ms calls: they overlap
+  }
+  CHECK_THROWS_MATCHES(dd::map_batches<Sleepy>({.concurrency = 0, .name = "s"}, 1), d::ConfigError,
+                       MessageContains({"\"s\"", "concurrency must be 1 or more, got 0"}));
+  CHECK_THROWS_MATCHES(dd::map_batches<Sleepy>({.batch_size = -1}, 1), d::ConfigError,
+                       MessageContains({"Sleepy", "batch_size", "got -1"}));
+}
+
+TEST_CASE("pipeline: a stage with batch_size is called on chunks and equals a whole-batch function", "[data][pipeline][stage]") {
+  namespace dd = d::data;
+  const auto filtered = dd::filter([](std::int64_t i) { return i % 7 != 3; }) | numbered();
+  auto chunked = dd::pipelined(Numbers{60}, filtered | dd::map_batches<Square>({.batch_size = 3}), {.loader_threads = 2});
+  auto whole = dd::pipelined(Numbers{60}, filtered | dd::map_batches(square), {.loader_threads = 0});
+  Square::largest = 0;
+  Square::calls = 0;
+  std::vector<dd::Fields> got, want;
+  for (const auto& b : dd::batches(chunked, iota(60), 10)) got.push_back(b);
+  const auto chunk_calls = Square::calls.load();
+  CHECK(Square::largest == 3);
+  for (const auto& b : dd::batches(whole, iota(60), 10)) want.push_back(b);
+  REQUIRE(got.size() == 6);
+  REQUIRE(want.size() == got.size());
+  std::int64_t expected_calls = 0;
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    CHECK(got[k].names() == std::vector<std::string>{"embedding", "label"});  // "v" dropped, "embedding" added
+    CHECK(same(got[k], want[k]));
+    expected_calls += (got[k].size() + 2) / 3;
+  }
+  CHECK(chunk_calls == expected_calls);
+  CHECK(got[0].size() == 9);  // 3 is filtered out: 9 rows, 3 calls
+  // batch_size 0: the whole batch in one call.
+  Square::largest = 0;
+  auto one = dd::pipelined(Numbers{60}, filtered | dd::map_batches<Square>({}), {.loader_threads = 0});
+  CHECK(same(one.get_batch(torch::arange(10)), want[0]));
+  CHECK(Square::largest == 9);
+}
+
+TEST_CASE("pipeline: a stage's errors name the stage and the rows, and a constructor runs once", "[data][pipeline][stage]") {
+  namespace dd = d::data;
+  Broken::attempts = 0;
+  auto broken = dd::pipelined(Numbers{40}, numbered() | dd::map_batches<Broken>({.concurrency = 2, .name = "clip"}, "/models/clip"),
+                              {.loader_threads = 0});
+  const auto ctor = MessageContains({"map_batches stage \"clip\"", "constructor threw", "rows 4, 5, 6", "no model in /models/clip",
+                                     "not run again"});
+  CHECK_THROWS_MATCHES(broken.get_batch(torch::tensor({4, 5, 6})), d::DataError, ctor);
+  CHECK_THROWS_MATCHES(broken.get_batch(torch::tensor({7})), d::DataError, ctor);  // the same error
+  broken.set_loader_threads(3);
+  auto consume = [&] {
+    for (const auto& b : dd::batches(broken, iota(40), 4)) (void)b;
+  };
+  CHECK_THROWS_MATCHES(consume(), d::DataError, ctor);
+  CHECK(Broken::attempts == 1);
+  // Unnamed: the class's name.
+  auto unnamed = dd::pipelined(Numbers{4}, numbered() | dd::map_batches<Broken>({}, std::string("x")), {.loader_threads = 0});
+  CHECK_THROWS_MATCHES(unnamed.get_batch(torch::tensor({0})), d::DataError,
+                       MessageContains({"map_batches stage \"", "Broken\"", "for row 0)", "no model in x"}));
+
+  // A call's error: the chunk's rows (after a filter), on the loop's thread.
+  auto picky = dd::pipelined(Numbers{40},
+                             dd::filter([](std::int64_t i) { return i != 20; }) | numbered() |
+                                 dd::map_batches<Picky>({.batch_size = 2, .name = "picky"}),
+                             {.loader_threads = 2});
+  std::int64_t rows = 0;
+  auto consume_picky = [&] {
+    for (const auto& b : dd::batches(picky, iota(40), 4)) rows += b.size();
+  };
+  CHECK_THROWS_MATCHES(consume_picky(), d::DataError,
+                       MessageContains({"map_batches stage \"picky\" threw on rows 21, 22: sample 21 is bad"}));
+  CHECK(rows == 20);
+  auto long_batch = dd::pipelined(Numbers{40}, numbered() | dd::map_batches<Picky>({.name = "picky"}), {.loader_threads = 0});
+  CHECK_THROWS_MATCHES(long_batch.get_batch(torch::arange(12, 32)), d::DataError,
+                       MessageContains({"threw on rows 12, 13, 14, 15, 16, 17, 18, 19, ... (20 rows, the last 31)"}));
+}
+
+TEST_CASE("pipeline: a stage's output column trains a model", "[data][pipeline][stage]") {
+  namespace dd = d::data;
+  // Why the stage copies its inference tensors: autograd refuses to save one for backward.
+  torch::nn::Linear probe(4, 3);
+  torch::Tensor inference;
+  {
+    c10::InferenceMode guard;
+    inference = torch::ones({2, 4});
+  }
+  CHECK_THROWS(probe(inference).sum().backward());
+
+  struct Points {
+    std::int64_t size() const { return 64; }
+    dd::Fields operator[](std::int64_t i) const {
+      const auto label = i % 3;
+      return {{"x", torch::tensor({static_cast<float>(label) - 1.0f, static_cast<float>(i % 5) / 5.0f})},
+              {"label", torch::tensor(label)}};
+    }
+  };
+  for (std::int64_t chunk : {0, 5}) {
+    INFO("batch_size " << chunk);
+    auto ds = dd::pipelined(Points{}, dd::collate(dd::stack()) | dd::map_batches<Encoder>({.batch_size = chunk}, 4),
+                            {.loader_threads = 2});
+    torch::manual_seed(0);
+    torch::nn::Linear head(4, 3);
+    torch::optim::SGD opt(head->parameters(), 0.5);
+    double first_loss = -1, last_loss = -1;
+    for (int epoch = 0; epoch < 5; ++epoch)
+      for (const auto& b : dd::batches(ds, iota(64), 16, 0, {}, epoch)) {
+        CHECK(b.names() == std::vector<std::string>{"embedding", "label"});
+        CHECK_FALSE(b["embedding"].is_inference());
+        CHECK_FALSE(b["embedding"].requires_grad());
+        opt.zero_grad();
+        const auto loss = torch::nn::functional::cross_entropy(head(b["embedding"]), b["label"]);
+        loss.backward();
+        REQUIRE(head->weight.grad().defined());
+        opt.step();
+        if (first_loss < 0) first_loss = loss.item<double>();
+        last_loss = loss.item<double>();
+      }
+    CHECK(last_loss < first_loss);
+  }
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -11,6 +11,9 @@
 // gives the same batches, and a run killed mid-epoch and resumed draws what it would have drawn.
 // The seed is the pipeline's state for a checkpoint: `snapshot.with_object("pipeline",
 // ds.random_state())` and `ck.load_object("pipeline", ds.random_state())`.
+//
+// A stage over a class (a model loaded once, then called on batches): `data::map_batches<C>(
+// StageOptions{.concurrency, .batch_size, .name}, args...)`, in stateful_stage.hpp.
 
 #include <cstdint>
 #include <functional>
@@ -28,6 +31,7 @@
 #include <dtrain/data/collate.hpp>
 #include <dtrain/data/dataset.hpp>
 #include <dtrain/data/fields.hpp>
+#include <dtrain/data/stateful_stage.hpp>
 #include <dtrain/error.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -52,7 +56,8 @@ template <class F>
 struct collate_stage {
   F f;
 };
-/// Each collated batch becomes f(batch) (or f(batch, generator)).
+/// Each collated batch becomes f(batch) (or f(batch, generator)); with F = StatefulStage, an
+/// instance of a class called on it (data::map_batches<C>(options, args...)).
 template <class F>
 struct map_batches_stage {
   F f;
@@ -77,9 +82,18 @@ template <class F>
 pipeline<collate_stage<F>> collate(F f) {
   return {{collate_stage<F>{std::move(f)}}};
 }
-template <class F>
+// The int&... pack takes no argument: it keeps `map_batches<C>(...)`, C given explicitly, for the
+// stage over a class below (`map_batches<C>({})` would otherwise build a C here and copy it).
+template <int&... ExplicitArgumentBarrier, class F>
 pipeline<map_batches_stage<F>> map_batches(F f) {
   return {{map_batches_stage<F>{std::move(f)}}};
+}
+/// Each collated batch through an instance of C, constructed as C(args...) once per instance in
+/// the process that runs the pipeline: `data::map_batches<Embed>({.concurrency = 2, .batch_size =
+/// 64, .name = "clip"}, model_dir)` (stateful_stage.hpp). The pipeline's copies share the instances.
+template <class C, class... Args>
+pipeline<map_batches_stage<StatefulStage>> map_batches(StageOptions options, Args&&... args) {
+  return {{map_batches_stage<StatefulStage>{StatefulStage::of<C>(std::move(options), std::forward<Args>(args)...)}}};
 }
 
 template <class... A, class... B>
@@ -170,7 +184,7 @@ class Pipelined {
     std::vector<std::size_t> alive(ids.size());
     for (std::size_t k = 0; k < alive.size(); ++k) alive[k] = k;
     const std::int64_t first = ids.empty() ? -1 : ids.front();
-    return run<0>(std::move(samples), alive, gens, epoch, first);
+    return run<0>(std::move(samples), alive, gens, ids, epoch, first);
   }
 
  private:
@@ -182,13 +196,15 @@ class Pipelined {
   // Per-sample stages on the surviving samples (`alive` maps them to their generators), until the
   // collate stage; then the batch stages.
   template <std::size_t I, class T>
-  Fields run(std::vector<T> xs, std::vector<std::size_t>& alive, std::vector<at::Generator>& gens, std::int64_t epoch,
-             std::int64_t first) const {
+  Fields run(std::vector<T> xs, std::vector<std::size_t>& alive, std::vector<at::Generator>& gens,
+             const std::vector<std::int64_t>& ids, std::int64_t epoch, std::int64_t first) const {
     using stage = std::tuple_element_t<I, std::tuple<Stages...>>;
     const auto& st = std::get<I>(p_.stages);
     if constexpr (detail::is_collate<stage>::value) {
       Fields b = st.f(std::as_const(xs));
-      return run_batch<I + 1>(std::move(b), epoch, first);
+      std::vector<std::int64_t> rows(alive.size());  // the batch's samples, named by a stage's errors
+      for (std::size_t k = 0; k < alive.size(); ++k) rows[k] = ids[alive[k]];
+      return run_batch<I + 1>(std::move(b), epoch, first, rows);
     } else if constexpr (detail::is_map_batches<stage>::value) {
       static_assert(!detail::is_map_batches<stage>::value,
                     "dtrain::data pipeline: map_batches comes after collate; put data::collate(...) before it");
@@ -203,19 +219,19 @@ class Pipelined {
             kept_alive.push_back(alive[k]);
           }
         alive = std::move(kept_alive);
-        return run<I + 1>(std::move(kept), alive, gens, epoch, first);
+        return run<I + 1>(std::move(kept), alive, gens, ids, epoch, first);
       } else {
         using U = std::decay_t<decltype(detail::call(st.f, std::move(xs[0]), gens[0]))>;
         std::vector<U> ys;
         ys.reserve(xs.size());
         for (std::size_t k = 0; k < xs.size(); ++k) ys.push_back(detail::call(st.f, std::move(xs[k]), gens[alive[k]]));
-        return run<I + 1>(std::move(ys), alive, gens, epoch, first);
+        return run<I + 1>(std::move(ys), alive, gens, ids, epoch, first);
       }
     }
   }
 
   template <std::size_t I>
-  Fields run_batch(Fields b, std::int64_t epoch, std::int64_t first) const {
+  Fields run_batch(Fields b, std::int64_t epoch, std::int64_t first, const std::vector<std::int64_t>& rows) const {
     if constexpr (I == sizeof...(Stages)) {
       return b;
     } else {
@@ -224,8 +240,12 @@ class Pipelined {
                     "dtrain::data pipeline: after collate only map_batches stages may follow; move map and filter "
                     "before data::collate(...)");
       const auto& st = std::get<I>(p_.stages);
-      auto g = detail::generator_for(random_.seed, epoch, first, 1 + I);
-      return run_batch<I + 1>(Fields(detail::call(st.f, std::move(b), g)), epoch, first);
+      if constexpr (std::is_same_v<stage, map_batches_stage<StatefulStage>>) {
+        return run_batch<I + 1>(st.f(std::move(b), rows, first), epoch, first, rows);
+      } else {
+        auto g = detail::generator_for(random_.seed, epoch, first, 1 + I);
+        return run_batch<I + 1>(Fields(detail::call(st.f, std::move(b), g)), epoch, first, rows);
+      }
     }
   }
 
