@@ -27,19 +27,6 @@ using vit_test::error_of;
 
 namespace {
 
-dtrain_test::CommandResult clip_processor_reference(const std::string& args) {
-  return dtrain_test::run_command(std::string(DTRAIN_VENV_PYTHON) + " " + DTRAIN_CLIP_REFERENCE + " " + args);
-}
-
-void check_clip_in_python(const std::string& args) {
-  const auto r = clip_processor_reference(args);
-  INFO(r.output);
-  std::cout << r.output;  // the largest differences, in the test's log
-  CHECK(r.status == 0);
-  CHECK_THAT(r.output, Catch::Contains(" checks, 0 failed"));
-  CHECK_THAT(r.output, !Catch::StartsWith("0 checks") && !Catch::Contains("\n0 checks"));
-}
-
 const std::vector<std::string> kKinds = {"portrait.png", "portrait_rgba.png", "grey.png", "palette.png", "cmyk.jpg",
                                          "strip.png",    "large.png",         "huge.png", "rgb.png",     "rgba.png",
                                          "small.png"};
@@ -124,11 +111,7 @@ const std::string kClipPilLevels = "2", kClipAutoLevels = "2";
 
 TEST_CASE("clip_image_processor_matches_transformers", "[nn][python]") {
   Dir dir("clip_pixels");
-  {
-    const auto r = clip_processor_reference("make " + dir.path.string());
-    INFO(r.output);
-    REQUIRE(r.status == 0);
-  }
+  vit_test::make_reference(dir.path, DTRAIN_CLIP_REFERENCE);
   std::vector<std::string> files;
   for (const auto& name : kKinds) files.push_back((dir / "images" / name).string());
   for (const auto* config : {"processor", "grow"}) {
@@ -142,7 +125,9 @@ TEST_CASE("clip_image_processor_matches_transformers", "[nn][python]") {
     CHECK(torch::equal(processor.collate()(images).at("image"), pixels));
     const auto out = dir / (std::string(config) + "_pixels.safetensors");
     dtrain::weights::save_safetensors(out, {{"pixel_values", pixels}}, {{"files", nlohmann::json(files).dump()}});
-    check_clip_in_python("compare " + (dir / config).string() + " " + out.string() + " " + kClipPilLevels + " " + kClipAutoLevels);
+    vit_test::check_in_python(
+        "compare " + (dir / config).string() + " " + out.string() + " " + kClipPilLevels + " " + kClipAutoLevels,
+        DTRAIN_CLIP_REFERENCE);
   }
   // The processed files through the small CLIP's vision tower: the input it was made for.
   dtrain::nn::CLIPModel clip(dtrain::nn::CLIPConfig::from_pretrained(dir / "clip"));

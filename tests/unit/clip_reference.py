@@ -37,28 +37,10 @@ import sys
 import torch
 from safetensors.torch import load_file, save_file
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import vit_reference  # noqa: E402 (its Checks, image files and processor checks)
+
 TOLERANCE = 1e-5
-
-
-class Checks:
-    def __init__(self):
-        self.checks = self.failed = 0
-
-    def result(self, name, ok, detail):
-        self.checks += 1
-        self.failed += not ok
-        print(f"{'ok  ' if ok else 'FAIL'} {name}: {detail}")
-
-    def close(self, name, ours, theirs):
-        gap = (ours.double() - theirs.double()).abs()
-        diff = gap.max().item() if gap.numel() else 0.0
-        self.result(name, ours.shape == theirs.shape and diff <= TOLERANCE,
-                    f"shape {list(ours.shape)}, largest absolute difference {diff:.3g} (tolerance {TOLERANCE}; "
-                    f"largest value {theirs.abs().max().item():.3g})")
-
-    def exit(self):
-        print(f"{self.checks} checks, {self.failed} failed")
-        return 1 if self.failed or not self.checks else 0
 
 
 def config():
@@ -126,15 +108,16 @@ def make(d):
 
 def check(model_dir, file):
     from transformers import CLIPModel
-    checks = Checks()
+    checks = vit_reference.Checks()
     model, info = CLIPModel.from_pretrained(model_dir, output_loading_info=True)
     model.eval()
     for kind in ("missing_keys", "unexpected_keys", "mismatched_keys"):
         checks.result(f"load {kind}", not info.get(kind), str(sorted(info.get(kind) or [])))
     t = load_file(file)
     with torch.no_grad():
-        checks.close("image_embeds", features(model.get_image_features(pixel_values=t["pixel_values"])), t["image_embeds"])
-        checks.close("text_embeds",
+        checks.close(TOLERANCE, "image_embeds", features(model.get_image_features(pixel_values=t["pixel_values"])),
+                     t["image_embeds"])
+        checks.close(TOLERANCE, "text_embeds",
                      features(model.get_text_features(input_ids=t["input_ids"], attention_mask=t["attention_mask"])),
                      t["text_embeds"])
     return checks.exit()
@@ -151,9 +134,6 @@ def compare(config_dir, file, pil_levels, auto_levels):
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import vit_reference  # noqa: E402 (the image files and the processor checks)
-
     commands = {"make": (make, 1), "check": (check, 2), "process": (process, 2), "compare": (compare, 4)}
     if len(sys.argv) < 2 or sys.argv[1] not in commands or len(sys.argv) != 2 + commands[sys.argv[1]][1]:
         print(__doc__, file=sys.stderr)

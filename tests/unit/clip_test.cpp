@@ -26,6 +26,7 @@ namespace nn = dtrain::nn;
 namespace weights = dtrain::weights;
 using vit_test::Dir;
 using vit_test::error_of;
+using vit_test::max_diff;
 
 static_assert(dtrain::checkpointer::DescribedModel<nn::CLIPModel>);
 static_assert(dtrain::checkpointer::DescribedModel<nn::CLIPVisionModel>);
@@ -44,14 +45,6 @@ nlohmann::json tiny_json() {
   vision.update({{"model_type", "clip_vision_model"}, {"image_size", 30}, {"patch_size", 6}, {"num_channels", 3}});
   return {{"architectures", {"CLIPModel"}}, {"model_type", "clip"}, {"text_config", text}, {"vision_config", vision},
           {"projection_dim", 24}, {"logit_scale_init_value", 2.6592}, {"initializer_factor", 1.0}, {"dtype", "float32"}};
-}
-
-double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
-
-dtrain_test::CommandResult clip_reference(const std::string& args) {
-  return dtrain_test::run_command(std::string(DTRAIN_VENV_PYTHON) + " " + DTRAIN_CLIP_REFERENCE + " " + args);
 }
 
 }  // namespace
@@ -163,11 +156,7 @@ TEST_CASE("clip_bad_inputs_are_errors", "[nn]") {
 
 TEST_CASE("clip_matches_transformers", "[nn][python]") {
   Dir dir("clip_ref");
-  {
-    const auto r = clip_reference("make " + dir.path.string());
-    INFO(r.output);
-    REQUIRE(r.status == 0);
-  }
+  vit_test::make_reference(dir.path, DTRAIN_CLIP_REFERENCE);
   const auto ref = weights::read(dir / "reference.safetensors");
   const auto tensor = [&](const std::string& name) {
     for (const auto& [k, v] : ref)
@@ -218,11 +207,7 @@ TEST_CASE("clip_matches_transformers", "[nn][python]") {
 
 TEST_CASE("clip_export_loads_in_transformers", "[nn][python]") {
   Dir dir("clip_export");
-  {
-    const auto r = clip_reference("make " + dir.path.string());
-    INFO(r.output);
-    REQUIRE(r.status == 0);
-  }
+  vit_test::make_reference(dir.path, DTRAIN_CLIP_REFERENCE);
   nn::CLIPModel model(nn::CLIPConfig::from_pretrained(dir / "clip"));
   nn::load_pretrained(model, dir / "clip");
   // A step of contrastive training, so that the export differs from what transformers saved.
@@ -249,9 +234,7 @@ TEST_CASE("clip_export_loads_in_transformers", "[nn][python]") {
                             {{"pixel_values", t["pixel_values"]}, {"input_ids", t["input_ids"]},
                              {"attention_mask", t["attention_mask"]}, {"image_embeds", image},
                              {"text_embeds", rebuilt->get_text_features(t["input_ids"], t["attention_mask"])}});
-  const auto r = clip_reference("check " + (dir / "export").string() + " " + (dir / "export.safetensors").string());
-  INFO(r.output);
-  std::cout << r.output;
-  CHECK(r.status == 0);
-  CHECK_THAT(r.output, Catch::Contains("5 checks, 0 failed"));
+  const auto output = vit_test::check_in_python(
+      "check " + (dir / "export").string() + " " + (dir / "export.safetensors").string(), DTRAIN_CLIP_REFERENCE);
+  CHECK_THAT(output, Catch::Contains("5 checks, 0 failed"));
 }

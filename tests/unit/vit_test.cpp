@@ -26,6 +26,7 @@ namespace nn = dtrain::nn;
 namespace weights = dtrain::weights;
 using vit_test::Dir;
 using vit_test::error_of;
+using vit_test::max_diff;
 
 static_assert(dtrain::checkpointer::DescribedModel<nn::ViTModel>);
 static_assert(dtrain::checkpointer::DescribedModel<nn::ViTForImageClassification>);
@@ -41,10 +42,6 @@ nlohmann::json tiny_json() {
 }
 
 using State = std::vector<std::pair<std::string, torch::Tensor>>;
-
-double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
 
 }  // namespace
 

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// What vit_test.cpp and vit_processor_test.cpp share: a temporary directory, the message of an
-// exception, and tests/unit/vit_reference.py run with the Python of scripts/python-env.
+// What the ViT and CLIP tests share: a temporary directory, the message of an exception, the largest
+// difference of two tensors, and a reference script (tests/unit/vit_reference.py, clip_reference.py)
+// run with the Python of scripts/python-env.
 
 #include <unistd.h>
 
@@ -15,6 +16,8 @@
 
 #include "../dtrain_catch.hpp"
 #include "../run_command.hpp"
+
+#include <torch/types.h>
 
 namespace vit_test {
 
@@ -41,31 +44,38 @@ inline std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
+/// The largest absolute difference of two tensors, in double.
+inline double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
 inline std::vector<std::string> sorted(std::vector<std::string> v) {
   std::sort(v.begin(), v.end());
   return v;
 }
 
-/// Runs tests/unit/vit_reference.py with `args`.
-inline dtrain_test::CommandResult reference(const std::string& args) {
-  return dtrain_test::run_command(std::string(DTRAIN_VENV_PYTHON) + " " + DTRAIN_VIT_REFERENCE + " " + args);
+/// Runs a reference script (tests/unit/vit_reference.py unless named) with `args`.
+inline dtrain_test::CommandResult reference(const std::string& args, const char* script = DTRAIN_VIT_REFERENCE) {
+  return dtrain_test::run_command(std::string(DTRAIN_VENV_PYTHON) + " " + script + " " + args);
 }
 
-/// vit_reference.py make DIR: the model directories, reference.safetensors and images.
-inline void make_reference(const std::filesystem::path& dir) {
-  const auto r = reference("make " + dir.string());
+/// The script's `make DIR`: the model directories, reference.safetensors and images.
+inline void make_reference(const std::filesystem::path& dir, const char* script = DTRAIN_VIT_REFERENCE) {
+  const auto r = reference("make " + dir.string(), script);
   INFO(r.output);
   REQUIRE(r.status == 0);
 }
 
-/// A check of vit_reference.py (check, process): "N checks, 0 failed" with N > 0, printed in the log.
-inline void check_in_python(const std::string& args) {
-  const auto r = reference(args);
+/// A check of the script (check, process, compare): "N checks, 0 failed" with N > 0, printed in the
+/// log. Returns the script's output.
+inline std::string check_in_python(const std::string& args, const char* script = DTRAIN_VIT_REFERENCE) {
+  const auto r = reference(args, script);
   INFO(r.output);
   std::cout << r.output;  // the largest differences, in the test's log
   CHECK(r.status == 0);
   CHECK_THAT(r.output, Catch::Contains(" checks, 0 failed"));
   CHECK_THAT(r.output, !Catch::StartsWith("0 checks") && !Catch::Contains("\n0 checks"));
+  return r.output;
 }
 
 }  // namespace vit_test

@@ -119,12 +119,15 @@ class StagePool {
   StagePool(StageOptions options, StatefulStage::Factory make, StatefulStage::Call call)
       : options_(std::move(options)), make_(std::move(make)), call_(std::move(call)) {}
 
+  /// Describes the rows of a batch or chunk for an error message; called only when one is thrown.
+  using Rows = std::function<std::string()>;
+
   /// An idle instance, or a new one while fewer than `concurrency` exist, or the next one freed.
   /// `rows` describes the batch, for the constructor's error.
-  void* acquire(const std::string& rows);
+  void* acquire(const Rows& rows);
   void release(void* instance);
   /// One call under InferenceMode; an exception becomes a DataError naming the stage and `rows`.
-  Fields call(void* instance, Fields chunk, const std::string& rows) const;
+  Fields call(void* instance, Fields chunk, const Rows& rows) const;
 
   const StageOptions& options() const { return options_; }
   std::size_t instances() const;

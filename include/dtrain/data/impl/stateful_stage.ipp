@@ -25,7 +25,7 @@ DTRAIN_INLINE std::string describe_rows(const std::vector<std::int64_t>& rows, s
   return out;
 }
 
-DTRAIN_INLINE void* StagePool::acquire(const std::string& rows) {
+DTRAIN_INLINE void* StagePool::acquire(const Rows& rows) {
   std::unique_lock lock(mutex_);
   for (;;) {
     if (failed_) std::rethrow_exception(failed_);
@@ -45,11 +45,11 @@ DTRAIN_INLINE void* StagePool::acquire(const std::string& rows) {
     made = make_();
   } catch (const std::exception& e) {
     error = std::make_exception_ptr(DataError("map_batches stage \"" + options_.name + "\": its constructor threw (building an instance for " +
-                                              rows + "): " + e.what() +
+                                              rows() + "): " + e.what() +
                                               "; it is not run again: every later batch of this stage throws this error"));
   } catch (...) {
     error = std::make_exception_ptr(DataError("map_batches stage \"" + options_.name + "\": its constructor threw (building an instance for " +
-                                              rows + ") something that is not a std::exception" +
+                                              rows() + ") something that is not a std::exception" +
                                               "; it is not run again: every later batch of this stage throws this error"));
   }
   lock.lock();
@@ -76,15 +76,15 @@ DTRAIN_INLINE std::size_t StagePool::instances() const {
   return all_.size();
 }
 
-DTRAIN_INLINE Fields StagePool::call(void* instance, Fields chunk, const std::string& rows) const {
+DTRAIN_INLINE Fields StagePool::call(void* instance, Fields chunk, const Rows& rows) const {
   Fields out;
   try {
     c10::InferenceMode inference;
     out = call_(instance, std::move(chunk));
   } catch (const std::exception& e) {
-    throw DataError("map_batches stage \"" + options_.name + "\" threw on " + rows + ": " + e.what());
+    throw DataError("map_batches stage \"" + options_.name + "\" threw on " + rows() + ": " + e.what());
   } catch (...) {
-    throw DataError("map_batches stage \"" + options_.name + "\" threw on " + rows + " something that is not a std::exception");
+    throw DataError("map_batches stage \"" + options_.name + "\" threw on " + rows() + " something that is not a std::exception");
   }
   return out;
 }
@@ -117,7 +117,7 @@ DTRAIN_INLINE Fields StatefulStage::operator()(Fields batch, const std::vector<s
                                  known.empty() ? first : known[static_cast<std::size_t>(from)]);
   };
 
-  void* instance = pool.acquire(describe(0, n));
+  void* instance = pool.acquire([&] { return describe(0, n); });
   struct Release {
     detail::StagePool& pool;
     void* instance;
@@ -126,7 +126,7 @@ DTRAIN_INLINE Fields StatefulStage::operator()(Fields batch, const std::vector<s
 
   std::vector<Fields> outs;
   if (n <= per) {
-    outs.push_back(pool.call(instance, std::move(batch), describe(0, n)));
+    outs.push_back(pool.call(instance, std::move(batch), [&] { return describe(0, n); }));
   } else {
     for (const auto& [field, t] : batch)
       if (t.dim() == 0 || t.size(0) != n)
@@ -138,7 +138,7 @@ DTRAIN_INLINE Fields StatefulStage::operator()(Fields batch, const std::vector<s
       const auto count = std::min(per, n - from);
       Fields chunk;
       for (const auto& [field, t] : batch) chunk.set(field, t.narrow(0, from, count));
-      outs.push_back(pool.call(instance, std::move(chunk), describe(from, count)));
+      outs.push_back(pool.call(instance, std::move(chunk), [&] { return describe(from, count); }));
     }
   }
   if (outs.size() == 1) {

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include <c10/util/StringUtil.h>
+
 #include <dtrain/nn/clip.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -31,12 +33,6 @@ DTRAIN_INLINE torch::nn::ModuleList clip_layers(torch::nn::Module& parent, const
 DTRAIN_INLINE torch::Tensor run_clip_layers(const torch::nn::ModuleList& layers, torch::Tensor x, const DecoderMask& mask) {
   for (const auto& l : *layers) x = l->as<CLIPEncoderLayerImpl>()->forward(x, mask);
   return x;
-}
-
-DTRAIN_INLINE std::string clip_shape(const torch::Tensor& t) {
-  std::string s;
-  for (auto d : t.sizes()) s += (s.empty() ? "" : ", ") + std::to_string(d);
-  return "[" + s + "]";
 }
 }  // namespace detail
 
@@ -95,7 +91,7 @@ DTRAIN_INLINE CLIPTowerOutput CLIPVisionModelImpl::forward(const torch::Tensor& 
       pixel_values.size(3) != config.image_size)
     throw ConfigError("nn::CLIPVisionModel: pixel_values must be [batch, " + std::to_string(config.num_channels) + ", " +
                       std::to_string(config.image_size) + ", " + std::to_string(config.image_size) +
-                      "] (the config's num_channels and image_size), got " + detail::clip_shape(pixel_values) +
+                      "] (the config's num_channels and image_size), got " + c10::str(pixel_values.sizes()) +
                       "; resize and crop the images (data::CLIPImageProcessor)");
   const auto b = pixel_values.size(0);
   const auto w = patch_embedding->weight;
@@ -120,7 +116,7 @@ DTRAIN_INLINE CLIPTowerOutput CLIPTextModelImpl::forward(const torch::Tensor& in
   if (input_ids.dim() != 2 || input_ids.size(1) < 1 || input_ids.size(1) > config.max_position_embeddings)
     throw ConfigError("nn::CLIPTextModel: input_ids must be [batch, sequence] with 1 to " +
                       std::to_string(config.max_position_embeddings) + " (max_position_embeddings) tokens, got " +
-                      detail::clip_shape(input_ids));
+                      c10::str(input_ids.sizes()));
   const auto b = input_ids.size(0), s = input_ids.size(1);
   const auto ids = input_ids.to(torch::kInt64);
   auto x = at::embedding(token_embedding->weight, ids) + position_embedding->weight.slice(0, 0, s);
@@ -180,15 +176,18 @@ DTRAIN_INLINE weights::LoadReport load_clip(torch::nn::Module& model, const std:
   // A tower's own keys may carry its prefix (a whole CLIP's file, or transformers 4's tower files).
   const bool prefixed = !tower.empty() && options.prefix.empty() &&
                         std::any_of(state.begin(), state.end(), [&](const auto& kv) { return kv.first.rfind(tower, 0) == 0; });
-  const auto has = [&](const std::string& key) {
-    return std::any_of(state.begin(), state.end(), [&](const auto& kv) { return kv.first == key; });
-  };
   // A tower's own file (transformers 5's names) into a whole CLIP: say so, rather than list 78 names.
-  if (tower.empty() && options.prefix.empty() && (has("embeddings.class_embedding") || has("embeddings.token_embedding.weight")))
-    throw Error(source + " holds a CLIP " + (has("embeddings.class_embedding") ? "vision" : "text") +
-                " tower alone (transformers' " + (has("embeddings.class_embedding") ? "CLIPVisionModel" : "CLIPTextModel") +
-                "), not a whole CLIPModel: load it into nn::" +
-                (has("embeddings.class_embedding") ? "CLIPVisionModel or into clip->vision_model" : "CLIPTextModel or into clip->text_model"));
+  if (tower.empty() && options.prefix.empty()) {
+    bool vision = false, text = false;
+    for (const auto& kv : state) {
+      vision = vision || kv.first == "embeddings.class_embedding";
+      text = text || kv.first == "embeddings.token_embedding.weight";
+    }
+    if (vision || text)
+      throw Error(source + " holds a CLIP " + (vision ? "vision" : "text") + " tower alone (transformers' " +
+                  (vision ? "CLIPVisionModel" : "CLIPTextModel") + "), not a whole CLIPModel: load it into nn::" +
+                  (vision ? "CLIPVisionModel or into clip->vision_model" : "CLIPTextModel or into clip->text_model"));
+  }
   std::vector<std::string> passed_over;
   std::erase_if(state, [&](const auto& kv) {
     const bool extra = ends(kv.first, ".position_ids") || kv.first == "position_ids" || (prefixed && kv.first.rfind(tower, 0) != 0);
