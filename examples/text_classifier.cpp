@@ -117,7 +117,11 @@ void train_and_report(const Options& o, double script_start, double started) {
   const Rows rows(o.data_dir + "/dataset.csv");
   const Rows holdout(o.data_dir + "/holdout.csv");
   const auto split = data::stratified_split(rows.tags, 0.2, 0.0, static_cast<std::uint64_t>(o.seed));
-  auto [vocab, train_ids] = fit_tokenizer<Tokenizer>(rows.texts_at(split.train), o);
+  // References, not a structured binding: the training loop's lambda captures vocab, and Clang
+  // before 16 refuses a captured binding (C++20 allows it).
+  auto fitted = fit_tokenizer<Tokenizer>(rows.texts_at(split.train), o);
+  auto& vocab = fitted.first;
+  auto& train_ids = fitted.second;
   const auto labels = data::LabelEncoder::fit(rows.tags);  // the peer's: every tag of dataset.csv
   std::vector<std::int64_t> all_holdout;  // the peer drops holdout rows whose tag is not a training one
   for (std::int64_t i = 0; i < holdout.table.size(); ++i)

@@ -84,7 +84,11 @@ int tune_tagger(const Options& o, Scheduler scheduler) {
   // The corpus, split, vocabulary and labels: built in every process of the search alike.
   const Rows rows(o.data_dir + "/dataset.csv"), holdout(o.data_dir + "/holdout.csv");
   const auto split = data::stratified_split(rows.tags, 0.2, 0.0, static_cast<std::uint64_t>(o.seed));
-  auto [vocab, train_ids] = data::WordVocabulary::fit_transform(rows.texts_at(split.train), 20000, 128);
+  // References, not a structured binding: the trial's lambda captures vocab (Clang before 16
+  // refuses a captured binding).
+  auto fitted = data::WordVocabulary::fit_transform(rows.texts_at(split.train), 20000, 128);
+  auto& vocab = fitted.first;
+  auto& train_ids = fitted.second;
   const auto labels = data::LabelEncoder::fit(rows.tags);
   const auto train = batches_of({std::move(train_ids), rows.labels_at(split.train, labels)}, 2);
   const auto val = batches_of({vocab.encode_all(rows.texts_at(split.validation)), rows.labels_at(split.validation, labels)}, 2);
