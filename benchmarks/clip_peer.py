@@ -117,19 +117,22 @@ def worker(rank, args, port, queue):
     plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=args.lr_factor,
                                                          patience=args.lr_patience)
     sampler = DistributedSampler(splits["train"], num_replicas=args.workers, rank=rank, shuffle=True, seed=args.seed)
-    loader = DataLoader(splits["train"], batch_size=args.batch // args.workers, sampler=sampler,
-                        num_workers=args.loader_threads)
+    # Persistent loader processes (made once, not each epoch), as the example's loader threads are.
+    loading = dict(num_workers=args.loader_threads, persistent_workers=args.loader_threads > 0)
+    loader = DataLoader(splits["train"], batch_size=args.batch // args.workers, sampler=sampler, **loading)
+    evaluation = {}
 
     def scored(split):
         """Loss sum, correct and count over the ranks (rank r takes the contiguous r-th block)."""
-        data = splits[split]
-        n = len(data)
-        block = (n + args.workers - 1) // args.workers
-        indices = list(range(rank * block, min(n, (rank + 1) * block)))
+        if split not in evaluation:
+            data = splits[split]
+            n = len(data)
+            block = (n + args.workers - 1) // args.workers
+            part = torch.utils.data.Subset(data, list(range(rank * block, min(n, (rank + 1) * block))))
+            evaluation[split] = DataLoader(part, batch_size=args.batch, **loading)
         sums = torch.zeros(3, dtype=torch.float64)
         head.eval()
-        part = torch.utils.data.Subset(data, indices)
-        for x, y in DataLoader(part, batch_size=args.batch, num_workers=args.loader_threads):
+        for x, y in evaluation[split]:
             with torch.no_grad():
                 logits = head.module(embeddings(x))
             sums += torch.tensor([nn.functional.cross_entropy(logits, y, reduction="sum").item(),

@@ -162,6 +162,7 @@ void check_model_dir(const fs::path& dir) {
 }  // namespace
 
 int main(int argc, char** argv) try {
+  const auto program_start = std::chrono::steady_clock::now();
   Options o;
   try {
     o = parse(argc, argv);
@@ -287,7 +288,9 @@ int main(int argc, char** argv) try {
       {"val_accuracy", b.at("val_accuracy").number()}, {"test_accuracy", cm.accuracy()},
       {"test_f1_macro", cm.summary().at("f1_macro")}, {"predictions", predicted.file.string()},
       {"best_checkpoint", best.path().string()}, {"per_breed", per_breed}};
-  std::cout << line.dump() << std::endl;
+  auto out = line;
+  out["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - program_start).count();
+  std::cout << out.dump() << std::endl;
   return 0;
 } catch (const std::exception& e) {
   std::cerr << "dog_breeds: " << e.what() << std::endl;
