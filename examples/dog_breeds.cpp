@@ -279,7 +279,7 @@ int main(int argc, char** argv) try {
   }
   const auto& b = best.metrics();
   const auto& m = result.metrics;
-  const nlohmann::json line = {
+  nlohmann::json line = {
       {"model", "clip head"}, {"workers", o.workers}, {"batch", o.batch}, {"epochs", o.epochs}, {"breeds", breeds},
       {"train_images", train_folder.size()}, {"val_images", val_folder.size()}, {"test_images", test_folder.size()},
       {"embedding_dim", head.embedding_dim}, {"train_samples_per_s", m.at("train_samples_per_s").number()},
@@ -288,9 +288,8 @@ int main(int argc, char** argv) try {
       {"val_accuracy", b.at("val_accuracy").number()}, {"test_accuracy", cm.accuracy()},
       {"test_f1_macro", cm.summary().at("f1_macro")}, {"predictions", predicted.file.string()},
       {"best_checkpoint", best.path().string()}, {"per_breed", per_breed}};
-  auto out = line;
-  out["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - program_start).count();
-  std::cout << out.dump() << std::endl;
+  line["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - program_start).count();
+  std::cout << line.dump() << std::endl;
   return 0;
 } catch (const std::exception& e) {
   std::cerr << "dog_breeds: " << e.what() << std::endl;
