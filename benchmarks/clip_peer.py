@@ -20,8 +20,9 @@ Runs with the environment of scripts/python-env (torch, torchvision, transformer
   batches    DistributedSampler(shuffle, seed) + DataLoader(batch / workers)
   each epoch validation over the ranks (loss and correct summed); the best state by val_loss kept;
              at the end the best state scores ROOT/test over the ranks
-train_samples_per_s: samples trained over the slowest rank's epoch loops, decoding, the processor
-and the embeddings included (end to end), validation not.
+train_samples_per_s: samples trained over the slowest rank's epoch loops (loop_s), decoding, the
+processor and the embeddings included (end to end), validation not; train_s: the epochs with their
+validations, as the example's (its fit).
 """
 import time
 
@@ -141,6 +142,7 @@ def worker(rank, args, port, queue):
         return sums
 
     samples, loop_s, best = 0, 0.0, (float("inf"), 0.0, -1, None)
+    train_start = time.time()
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         head.train()
@@ -161,6 +163,7 @@ def worker(rank, args, port, queue):
         plateau.step(val_loss)
         if val_loss < best[0]:
             best = (val_loss, val_accuracy, epoch, copy.deepcopy(head.module.state_dict()))
+    train_s = time.time() - train_start
     totals = torch.tensor([float(samples), loop_s], dtype=torch.float64)
     slowest = torch.tensor([loop_s], dtype=torch.float64)
     dist.all_reduce(totals)
@@ -171,7 +174,7 @@ def worker(rank, args, port, queue):
         queue.put({"model": "clip head", "workers": args.workers, "batch": args.batch, "epochs": args.epochs,
                    "breeds": len(classes), "train_images": len(splits["train"]), "val_images": len(splits["val"]),
                    "test_images": len(splits["test"]), "embedding_dim": clip.config.projection_dim,
-                   "train_samples_per_s": round(totals[0].item() / slowest.item(), 3), "train_s": round(slowest.item(), 3),
+                   "train_samples_per_s": round(totals[0].item() / slowest.item(), 3), "loop_s": round(slowest.item(), 3), "train_s": round(train_s, 3),
                    "best_epoch": best[2], "val_loss": round(best[0], 5), "val_accuracy": round(best[1], 4),
                    "test_accuracy": round((t[1] / t[2]).item(), 4),
                    "wall_s": round(time.time() - _SCRIPT_START, 3)})

@@ -236,7 +236,7 @@ int main(int argc, char** argv) try {
       const double total = ctx.all_reduce(static_cast<double>(samples), dtrain::reduce::sum);
       const double slowest = ctx.all_reduce(loop_s, dtrain::reduce::max);
       ctx.report({{"epoch", epoch}, {"train_loss", train_loss}, {"val_loss", v.loss}, {"val_accuracy", v.accuracy},
-                  {"lr", plateau.lrs().front()}, {"train_samples", total}, {"train_samples_per_s", total / slowest}},
+                  {"lr", plateau.lrs().front()}, {"train_samples", total}, {"train_samples_per_s", total / slowest}, {"loop_s", slowest}},
                  ctx.checkpoint(model, adam).with_object("labels", labels));
     }
   });
@@ -283,7 +283,7 @@ int main(int argc, char** argv) try {
       {"model", "clip head"}, {"workers", o.workers}, {"batch", o.batch}, {"epochs", o.epochs}, {"breeds", breeds},
       {"train_images", train_folder.size()}, {"val_images", val_folder.size()}, {"test_images", test_folder.size()},
       {"embedding_dim", head.embedding_dim}, {"train_samples_per_s", m.at("train_samples_per_s").number()},
-      {"train_s", train_s}, {"final_train_loss", m.at("train_loss").number()},
+      {"loop_s", m.at("loop_s").number()}, {"train_s", train_s}, {"final_train_loss", m.at("train_loss").number()},
       {"best_epoch", static_cast<std::int64_t>(b.at("epoch").number())}, {"val_loss", b.at("val_loss").number()},
       {"val_accuracy", b.at("val_accuracy").number()}, {"test_accuracy", cm.accuracy()},
       {"test_f1_macro", cm.summary().at("f1_macro")}, {"predictions", predicted.file.string()},
