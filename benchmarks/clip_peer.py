@@ -174,7 +174,8 @@ def worker(rank, args, port, queue):
         queue.put({"model": "clip head", "workers": args.workers, "batch": args.batch, "epochs": args.epochs,
                    "breeds": len(classes), "train_images": len(splits["train"]), "val_images": len(splits["val"]),
                    "test_images": len(splits["test"]), "embedding_dim": clip.config.projection_dim,
-                   "train_samples_per_s": round(totals[0].item() / slowest.item(), 3), "loop_s": round(slowest.item(), 3), "train_s": round(train_s, 3),
+                   "train_samples_per_s": round(totals[0].item() / slowest.item(), 3),
+                   "loop_s": round(slowest.item(), 3), "train_s": round(train_s, 3),
                    "best_epoch": best[2], "val_loss": round(best[0], 5), "val_accuracy": round(best[1], 4),
                    "test_accuracy": round((t[1] / t[2]).item(), 4),
                    "wall_s": round(time.time() - _SCRIPT_START, 3)})

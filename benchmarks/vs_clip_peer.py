@@ -92,7 +92,8 @@ flags = ["--model-dir", os.path.join(args.data, "model"), "--data", os.path.join
          "--batch", str(args.batch), "--lr", repr(args.lr), "--lr-factor", repr(args.lr_factor), "--lr-patience",
          str(args.lr_patience), "--embed-batch", str(args.embed_batch), "--loader-threads", str(args.loader_threads),
          "--seed", str(args.seed)]
-ROWS = [("train_samples_per_s", "samples/s end to end (embed + train)", True), ("loop_s", "training loops s (slowest rank)", False),
+ROWS = [("train_samples_per_s", "samples/s end to end (embed + train)", True),
+        ("loop_s", "training loops s (slowest rank)", False),
         ("wall_s", "wall s", False), ("peak_rss_sum_mb", "peak RSS, all processes (MiB)", False),
         ("max_process_hwm_mb", "largest process's peak RSS (MiB)", False)]
 QUALITY = ["test_accuracy", "val_accuracy", "val_loss", "best_epoch"]

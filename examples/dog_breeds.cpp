@@ -236,7 +236,8 @@ int main(int argc, char** argv) try {
       const double total = ctx.all_reduce(static_cast<double>(samples), dtrain::reduce::sum);
       const double slowest = ctx.all_reduce(loop_s, dtrain::reduce::max);
       ctx.report({{"epoch", epoch}, {"train_loss", train_loss}, {"val_loss", v.loss}, {"val_accuracy", v.accuracy},
-                  {"lr", plateau.lrs().front()}, {"train_samples", total}, {"train_samples_per_s", total / slowest}, {"loop_s", slowest}},
+                  {"lr", plateau.lrs().front()}, {"train_samples", total}, {"train_samples_per_s", total / slowest},
+                  {"loop_s", slowest}},
                  ctx.checkpoint(model, adam).with_object("labels", labels));
     }
   });
