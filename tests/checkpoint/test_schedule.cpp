@@ -227,9 +227,9 @@ TEST_CASE("a schedule's state round-trips through an archive and sets the optimi
 }
 
 namespace {
-struct Box {
+struct ScheduleBox {
   fs::path dir;
-  Box() {
+  ScheduleBox() {
     std::random_device rd;
     dir = fs::temp_directory_path() / ("dtrain_schedule_" + std::to_string(rd()) + std::to_string(getpid()));
     fs::create_directories(dir);
@@ -262,7 +262,7 @@ bool same_tensors(const std::string& a, const std::string& b) {
 TEST_CASE("a run with a schedule and dynamic loss scaling killed and resumed ends bitwise equal to one never stopped") {
   for (const std::string schedule : {"cosine", "plateau"}) {
     INFO(schedule);
-    Box box;
+    ScheduleBox box;
     const auto common = "--steps 40 --every 5 --amp 1 --schedule " + schedule;
     const auto [ref_status, ref] = box.scenario("--name ref " + common + " --out ref.pt");
     INFO(ref);

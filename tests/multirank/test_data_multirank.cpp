@@ -4,6 +4,7 @@
 
 #include "../dtrain_catch.hpp"
 #include "../run_command.hpp"
+#include "saved_params.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -46,11 +47,7 @@ std::string field(const std::string& out, const std::string& key) {
   return out.substr(from, out.find_first_of(" \n", from) - from);
 }
 
-std::vector<torch::Tensor> load_params(const fs::path& p) {
-  std::vector<torch::Tensor> v;
-  torch::load(v, p.string());
-  return v;
-}
+using dtrain_test::load_params;
 
 }  // namespace
 

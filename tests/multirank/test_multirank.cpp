@@ -5,6 +5,7 @@
 #include "../dtrain_catch.hpp"
 #include "../loopback_port.hpp"
 #include "../run_command.hpp"
+#include "saved_params.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -77,11 +78,7 @@ double metric(const std::string& out, const std::string& key) {
   return std::stod(out.substr(at + key.size() + 2));
 }
 
-std::vector<torch::Tensor> load_params(const fs::path& p) {
-  std::vector<torch::Tensor> v;
-  torch::load(v, p.string());
-  return v;
-}
+using dtrain_test::load_params;
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include "../dtrain_catch.hpp"
 #include "../loopback_port.hpp"
 #include "../run_command.hpp"
+#include "saved_params.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -37,7 +38,7 @@ std::string tag_of(const char* what) {
   return std::string(what) + std::to_string(rd()) + std::to_string(::getpid());
 }
 
-dtrain_test::CommandResult scenario(const std::string& args, const std::string& tag, const std::string& env = "") {
+dtrain_test::CommandResult security_scenario(const std::string& args, const std::string& tag, const std::string& env = "") {
   const fs::path dir = fs::temp_directory_path() / ("dtrain_security_" + tag);
   fs::create_directories(dir);
   return dtrain_test::run_command("cd '" + dir.string() + "' && " + env + " '" + SCENARIOS_BIN + "' " + args +
@@ -89,11 +90,7 @@ bool loopback(const std::string& local) {
          (addr.substr(0, 24) == "0000000000000000FFFF0000" && addr.substr(30, 2) == "7F");
 }
 
-std::vector<torch::Tensor> load_params(const fs::path& p) {
-  std::vector<torch::Tensor> v;
-  torch::load(v, p.string());
-  return v;
-}
+using dtrain_test::load_params;
 
 int try_connect(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -113,7 +110,7 @@ TEST_CASE("a run on one host listens on loopback only", "[multirank][security][l
   std::atomic<bool> done{false};
   dtrain_test::CommandResult r;
   std::thread run([&] {
-    r = scenario("equivalence --workers 2 --steps 30", tag);
+    r = security_scenario("equivalence --workers 2 --steps 30", tag);
     done = true;
   });
   std::set<std::string> seen;
@@ -135,7 +132,7 @@ TEST_CASE("a run on one host listens on loopback only", "[multirank][security][l
 TEST_CASE("intruders at the store change nothing in the run's result and are named", "[multirank][security][hostile]") {
   const auto tag = tag_of("h"), quiet_tag = tag_of("q");
   const fs::path quiet = fs::temp_directory_path() / (quiet_tag + ".pt"), attacked = fs::temp_directory_path() / (tag + ".pt");
-  auto r1 = scenario("equivalence --workers 2 --steps 30 --out " + quiet.string(), quiet_tag);
+  auto r1 = security_scenario("equivalence --workers 2 --steps 30 --out " + quiet.string(), quiet_tag);
   INFO(r1.output);
   REQUIRE(r1.status == 0);
 
@@ -143,7 +140,7 @@ TEST_CASE("intruders at the store change nothing in the run's result and are nam
   std::atomic<bool> done{false};
   dtrain_test::CommandResult r2;
   std::thread run([&] {
-    r2 = scenario("equivalence --workers 2 --steps 30 --out " + attacked.string(), tag, "MASTER_PORT=" + std::to_string(port));
+    r2 = security_scenario("equivalence --workers 2 --steps 30 --out " + attacked.string(), tag, "MASTER_PORT=" + std::to_string(port));
     done = true;
   });
   std::vector<int> open;
@@ -195,7 +192,7 @@ TEST_CASE("intruders at the store change nothing in the run's result and are nam
 
 TEST_CASE("a run started under umask 000 leaves nothing world-writable", "[multirank][security][files]") {
   const auto tag = tag_of("u");
-  auto r = scenario("fsdp_train --strategy ddp --workers 2 --steps 4 --checkpoint 1", tag, "umask 000 &&");
+  auto r = security_scenario("fsdp_train --strategy ddp --workers 2 --steps 4 --checkpoint 1", tag, "umask 000 &&");
   INFO(r.output);
   REQUIRE(r.status == 0);
   const fs::path dir = fs::temp_directory_path() / ("dtrain_security_" + tag) / "multirank_runs";

@@ -34,7 +34,7 @@ static_assert(dtrain::checkpointer::DescribedModel<nn::CLIPVisionModel>);
 namespace {
 
 /// clip_reference.py's sizes, as transformers 5 writes them.
-nlohmann::json tiny_json() {
+nlohmann::json tiny_clip_json() {
   const nlohmann::json tower = {{"hidden_size", 32}, {"intermediate_size", 37}, {"num_hidden_layers", 2},
                                 {"num_attention_heads", 4}, {"projection_dim", 24}, {"hidden_act", "quick_gelu"},
                                 {"layer_norm_eps", 1e-5}, {"attention_dropout", 0.0}, {"initializer_range", 0.02},
@@ -51,7 +51,7 @@ nlohmann::json tiny_json() {
 
 TEST_CASE("clip_config_reads_hugging_face_config_json", "[nn]") {
   Dir dir("clip_config");
-  std::ofstream(dir / "config.json") << tiny_json().dump();
+  std::ofstream(dir / "config.json") << tiny_clip_json().dump();
   const auto c = nn::CLIPConfig::from_pretrained(dir.path);
   CHECK(c.projection_dim == 24);
   CHECK(c.text_config.vocab_size == 99);
@@ -70,7 +70,7 @@ TEST_CASE("clip_config_reads_hugging_face_config_json", "[nn]") {
   CHECK(defaults.vision_config.hidden_size == 768);
   CHECK(defaults.text_config.hidden_size == 512);
   CHECK(defaults.text_config.eos_token_id == 49407);
-  auto extra = tiny_json();
+  auto extra = tiny_clip_json();
   extra["vision_config"]["layerdrop"] = 0.5;
   CHECK(nn::CLIPConfig::from_json(extra).to_json()["vision_config"]["layerdrop"] == 0.5);  // kept, written back
 
@@ -80,22 +80,22 @@ TEST_CASE("clip_config_reads_hugging_face_config_json", "[nn]") {
     INFO(e);
     CHECK_THAT(e, Catch::Contains((dir / "bad.json").string()) && Catch::Contains(says));
   };
-  auto j = tiny_json();
+  auto j = tiny_clip_json();
   j["vision_config"]["hidden_size"] = "32";
   refused(j, "(vision_config): \"hidden_size\" is \"32\", which is not an integer");
-  j = tiny_json();
+  j = tiny_clip_json();
   j["text_config"]["num_attention_heads"] = 5;
   refused(j, "\"hidden_size\" 32 is not a multiple of \"num_attention_heads\" 5");
-  j = tiny_json();
+  j = tiny_clip_json();
   j["text_config"]["hidden_act"] = "mish";
   refused(j, "\"hidden_act\": \"mish\" is not supported");
-  j = tiny_json();
+  j = tiny_clip_json();
   j["vision_config"]["patch_size"] = 64;
   refused(j, "\"image_size\" is 30; it must be at least 64");
-  j = tiny_json();
+  j = tiny_clip_json();
   j["model_type"] = "siglip";
   refused(j, "model_type \"siglip\" is not \"clip\"");
-  j = tiny_json();
+  j = tiny_clip_json();
   j["text_config"] = 3;
   refused(j, "\"text_config\" is 3, which is not an object");
   CHECK_THAT(error_of([&] { nn::CLIPVisionConfig::from_json({{"model_type", "vit"}}, "v"); }),
@@ -104,7 +104,7 @@ TEST_CASE("clip_config_reads_hugging_face_config_json", "[nn]") {
 }
 
 TEST_CASE("clip_names_are_transformers_names", "[nn]") {
-  nn::CLIPModel model(nn::CLIPConfig::from_json(tiny_json()));
+  nn::CLIPModel model(nn::CLIPConfig::from_json(tiny_clip_json()));
   std::vector<std::string> names;
   for (const auto& p : model->named_parameters()) names.push_back(p.key());
   CHECK(names.size() == 78);  // what transformers' CLIPModel of these sizes saves
@@ -121,13 +121,13 @@ TEST_CASE("clip_names_are_transformers_names", "[nn]") {
   CHECK(model->named_parameters()["visual_projection.weight"].sizes() == torch::IntArrayRef{24, 32});
   CHECK(model->named_buffers().size() == 0);
   // A tower alone has transformers 5's names: no prefix.
-  nn::CLIPVisionModel vision(nn::CLIPVisionConfig::from_json(tiny_json()));
+  nn::CLIPVisionModel vision(nn::CLIPVisionConfig::from_json(tiny_clip_json()));
   CHECK(vision->named_parameters().contains("embeddings.class_embedding"));
   CHECK(vision->named_parameters().size() == 39);
 }
 
 TEST_CASE("clip_bad_inputs_are_errors", "[nn]") {
-  nn::CLIPModel model(nn::CLIPConfig::from_json(tiny_json()));
+  nn::CLIPModel model(nn::CLIPConfig::from_json(tiny_clip_json()));
   model->eval();
   {
   torch::NoGradGuard no_grad;

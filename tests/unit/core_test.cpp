@@ -64,12 +64,7 @@ std::vector<Indices> all_ranks(std::int64_t n, int world, std::int64_t epoch = 0
   return out;
 }
 
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using dtrain_test::slurp;
 
 }  // namespace
 

@@ -28,7 +28,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-const std::string secret = "0123456789abcdef0123456789abcdef";
+const std::string run_secret = "0123456789abcdef0123456789abcdef";
 const std::vector<std::uint8_t> one_byte{1};  // a value (LibTorch 2.x's set() also takes a string: no braces)
 
 d::detail::ip_address v4(const char* text) {
@@ -129,8 +129,8 @@ TEST_CASE("the Gloo socket filter keeps the allowed sources' connections and dro
 
 TEST_CASE("the Gloo guard restricts the listeners new at the announcement to the other ranks' hosts",
           "[store][gloo][peers]") {
-  auto host = d::launch::Store::host("127.0.0.1", 0, secret, 10s);
-  auto store = c10::make_intrusive<d::launch::Store>("127.0.0.1", host->getPort(), secret, 10s);
+  auto host = d::launch::Store::host("127.0.0.1", 0, run_secret, 10s);
+  auto store = c10::make_intrusive<d::launch::Store>("127.0.0.1", host->getPort(), run_secret, 10s);
   listener old_one(AF_INET);  // a listener of the process before the group: left alone
   const auto before = d::detail::tcp_listeners();
 
@@ -162,12 +162,12 @@ TEST_CASE("the Gloo guard restricts the listeners new at the announcement to the
 }
 
 TEST_CASE("a Gloo group made through the guard connects and reduces", "[store][gloo][peers]") {
-  auto host = d::launch::Store::host("127.0.0.1", 0, secret, 10s);
+  auto host = d::launch::Store::host("127.0.0.1", 0, run_secret, 10s);
   std::vector<torch::Tensor> results(3);
   std::vector<std::thread> ranks;
   for (int r = 0; r < 3; ++r)
     ranks.emplace_back([&, r] {
-      auto store = c10::make_intrusive<d::launch::Store>("127.0.0.1", host->getPort(), secret, 10s);
+      auto store = c10::make_intrusive<d::launch::Store>("127.0.0.1", host->getPort(), run_secret, 10s);
       auto group = d::detail::guarded_gloo_group(store, "pg", r, 3, 10s, 2, [] {
         return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
       });

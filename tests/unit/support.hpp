@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// Helpers shared by the unit tests: a scratch directory that cleans up after itself, and a matcher
+// Helpers shared by the unit tests: a file's bytes, a scratch directory that cleans up after itself, and a matcher
 // for "the exception's message names all of these".
 
 #include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <initializer_list>
+#include <iterator>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -17,6 +19,12 @@
 #include "../dtrain_catch.hpp"
 
 namespace dtrain_test {
+
+/// A file's bytes; "" when it cannot be read.
+inline std::string slurp(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
 
 /// A fresh directory under the system's temporary directory, removed with everything in it when the
 /// object goes away. The name holds the process id, a counter and a random number, so parallel

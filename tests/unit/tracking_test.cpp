@@ -36,10 +36,7 @@ using dtrain_test::TempDir;
 
 namespace {
 
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
+using dtrain_test::slurp;
 
 // Everything written to a pipe's write end, read back once it is closed.
 struct Pipe {
