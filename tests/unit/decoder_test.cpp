@@ -10,6 +10,7 @@
 
 #include "../dtrain_catch.hpp"
 #include "checkpoint_support.hpp"
+#include "support.hpp"
 #include "vit_test_support.hpp"
 
 #include <chrono>
@@ -54,11 +55,7 @@ nlohmann::json gpt2_json() {
           {"eos_token_id", 2}, {"initializer_range", 0.3}, {"summary_type", "cls_index"}};
 }
 
-double max_diff(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& mask = {}) {
-  auto gap = (a.to(torch::kDouble) - b.to(torch::kDouble)).abs();
-  if (mask.defined()) gap = gap.masked_select(mask.to(torch::kBool).unsqueeze(-1).expand_as(gap));
-  return gap.numel() ? gap.max().item<double>() : 0.0;
-}
+using dtrain_test::max_diff;
 
 std::vector<std::string> names_of(const torch::nn::Module& m) {
   std::vector<std::string> names;

@@ -8,6 +8,7 @@
 // run's. data/causal_lm.hpp: documents, labels masked on prompts, packing that changes no logit.
 
 #include "../dtrain_catch.hpp"
+#include "support.hpp"
 #include "vit_test_support.hpp"
 
 #include <algorithm>
@@ -59,9 +60,7 @@ nn::GPT2Config small_gpt2(std::int64_t layers) {
   return g;
 }
 
-double largest_gap(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
+using dtrain_test::max_diff;
 
 // Gives every adapter's B random values, as training would (B starts at zero).
 void perturb_adapters(torch::nn::Module& model) {
@@ -111,12 +110,12 @@ TEST_CASE("lora_adapts_the_named_layers_freezes_the_rest_and_merges", "[nn]") {
     torch::NoGradGuard no_grad;
     with_adapters = model(ids);
   }
-  CHECK(largest_gap(with_adapters, base) > 1e-3);
+  CHECK(max_diff(with_adapters, base) > 1e-3);
   CHECK(error_of([&] { nn::save_pretrained(model, Dir("lora_unmerged").path); }).find("merge_lora") != std::string::npos);
   CHECK(nn::merge_lora(*model) == 6);
   CHECK(nn::lora_parameters(*model).empty());
   torch::NoGradGuard no_grad;
-  CHECK(largest_gap(model(ids), with_adapters) <= 1e-5);
+  CHECK(max_diff(model(ids), with_adapters) <= 1e-5);
   CHECK(model->named_parameters().size() == nn::LlamaForCausalLM(small_llama())->named_parameters().size());
 }
 
@@ -141,7 +140,7 @@ TEST_CASE("lora_rslora_scaling_pattern_targets_and_gpt2_conv1d", "[nn]") {
   torch::NoGradGuard no_grad;
   const auto adapted = gpt2(ids);
   nn::merge_lora(*gpt2);
-  CHECK(largest_gap(gpt2(ids), adapted) <= 1e-5);
+  CHECK(max_diff(gpt2(ids), adapted) <= 1e-5);
 }
 
 TEST_CASE("lora_refusals_name_the_fix", "[nn]") {
@@ -195,7 +194,7 @@ void round_trip(const fs::path& dir, const std::string& name) {
   const auto ids = ref.at("input_ids"), mask = ref.at("attention_mask");
   {
     torch::NoGradGuard no_grad;
-    const double gap = largest_gap(model(ids, mask), ref.at("logits"));
+    const double gap = max_diff(model(ids, mask), ref.at("logits"));
     std::cout << name << ": PEFT's adapter in dtrain, logits within " << gap << "\n";
     CHECK(gap <= 1e-5);
   }
@@ -258,7 +257,7 @@ void check_recompute_equals_plain(Model& model, const torch::Tensor& ids) {
   CHECK(torch::equal(loss, plain_loss));
   REQUIRE(grads.size() == plain.size());
   double worst = 0;
-  for (std::size_t i = 0; i < grads.size(); ++i) worst = std::max(worst, largest_gap(grads[i], plain[i]));
+  for (std::size_t i = 0; i < grads.size(); ++i) worst = std::max(worst, max_diff(grads[i], plain[i]));
   std::cout << "recomputed in backward: " << grads.size() << " gradients within " << worst << " of the plain run's\n";
   CHECK(worst <= 1e-6);
 }
@@ -357,7 +356,7 @@ TEST_CASE("causal_lm_data_masks_prompts_and_packs_documents", "[nn][data]") {
   CHECK(!batch.contains("attention_mask"));
   const auto logits = model(batch);
   const auto alone = model(row1["input_ids"].narrow(0, 9, 6).unsqueeze(0));
-  CHECK(largest_gap(logits[1].narrow(0, 9, 6), alone[0]) <= 1e-5);
+  CHECK(max_diff(logits[1].narrow(0, 9, 6), alone[0]) <= 1e-5);
 
   // Unpacked: a document a row, padded per batch with an attention_mask; prompts may teach too.
   const data::CausalLMData rows(dir.path / "train.jsonl", tok, {.max_length = 16, .pack = false, .train_on_prompt = true});

@@ -39,16 +39,16 @@ std::pair<torch::Tensor, torch::Tensor> batch() {
   return {x, pad};
 }
 
-double largest_difference(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
+using dtrain_test::max_diff;
 
 // After the same backward through both: the input's and every parameter's gradients agree.
 void check_same_gradients(torch::nn::Module& ours, torch::nn::Module& reference, const torch::Tensor& x_ours,
                           const torch::Tensor& x_ref) {
-  CHECK(largest_difference(x_ours.grad(), x_ref.grad()) < 1e-5);
+  CHECK(max_diff(x_ours.grad(), x_ref.grad()) < 1e-5);
   auto theirs = reference.named_parameters();
   for (const auto& item : ours.named_parameters()) {
     INFO(item.key());
-    CHECK(largest_difference(item.value().grad(), theirs[item.key()].grad()) < 1e-4);
+    CHECK(max_diff(item.value().grad(), theirs[item.key()].grad()) < 1e-4);
   }
 }
 
@@ -70,7 +70,7 @@ TEST_CASE("nn::EncoderLayer equals torch::nn::TransformerEncoderLayer with its w
     auto x_ref = x.clone().requires_grad_(true), x_ours = x.clone().requires_grad_(true);
     const auto expected = reference->forward(x_ref.transpose(0, 1), torch::Tensor(), pad).transpose(0, 1);
     const auto got = ours->forward(x_ours, nn::padding_mask(pad));
-    CHECK(largest_difference(got, expected) < 1e-5);
+    CHECK(max_diff(got, expected) < 1e-5);
 
     const auto weight = torch::randn_like(expected);
     (expected * weight).sum().backward();
@@ -96,7 +96,7 @@ TEST_CASE("nn::Encoder equals torch::nn::TransformerEncoder at the tokens, 0 at 
     const auto expected = reference->forward(x_ref.transpose(0, 1), torch::Tensor(), mask).transpose(0, 1);
     const auto got = ours->forward(x_ours, mask);
     const auto tokens = mask.logical_not();
-    CHECK(largest_difference(got.index({tokens}), expected.index({tokens})) < 1e-5);
+    CHECK(max_diff(got.index({tokens}), expected.index({tokens})) < 1e-5);
     CHECK(got.index({mask}).abs().max().item<double>() == 0);  // nothing computed at padding
     // Gradients through the tokens' outputs (what a loss that masks padding reads): equal.
     const auto weight = torch::randn_like(expected) * tokens.unsqueeze(-1);
@@ -110,7 +110,7 @@ TEST_CASE("nn::Encoder equals torch::nn::TransformerEncoder at the tokens, 0 at 
   // Training: dropout draws, and every parameter gets a gradient, with or without a mask.
   ours->train();
   const auto a = ours->forward(x, pad), b = ours->forward(x, pad);
-  CHECK(largest_difference(a, b) > 0);
+  CHECK(max_diff(a, b) > 0);
   for (const auto& mask : {pad, torch::Tensor()}) {
     ours->zero_grad();
     ours->forward(x, mask).sum().backward();
@@ -136,13 +136,13 @@ TEST_CASE("nn::attend_packed equals attend() at the tokens: outputs and gradient
   const auto qp = to_packed(q.detach()).requires_grad_(true), kp = to_packed(k.detach()).requires_grad_(true),
              vp = to_packed(v.detach()).requires_grad_(true);
   const auto got = nn::attend_packed(qp, kp, vp, packing.offsets, 0.0, true);
-  CHECK(largest_difference(got, to_packed(expected)) < 1e-5);
+  CHECK(max_diff(got, to_packed(expected)) < 1e-5);
   const auto weight = torch::randn_like(got);
   (got * weight).sum().backward();
   (to_packed(expected) * weight).sum().backward();
-  CHECK(largest_difference(qp.grad(), to_packed(q.grad())) < 1e-5);
-  CHECK(largest_difference(kp.grad(), to_packed(k.grad())) < 1e-5);
-  CHECK(largest_difference(vp.grad(), to_packed(v.grad())) < 1e-5);
+  CHECK(max_diff(qp.grad(), to_packed(q.grad())) < 1e-5);
+  CHECK(max_diff(kp.grad(), to_packed(k.grad())) < 1e-5);
+  CHECK(max_diff(vp.grad(), to_packed(v.grad())) < 1e-5);
   CHECK_THROWS_WITH(nn::attend_packed(qp, kp, vp, {0, 9, 13}, 0.0, true), Catch::Contains("offsets ending at the tokens (21)"));
   CHECK_THROWS_WITH(packing.pack(torch::randn({4, 8, 2})), Catch::Contains("must be [4, 9, ...] as its padding mask"));
 }
@@ -184,7 +184,7 @@ TEST_CASE("nn::EncoderLayer pre-norm is x + attention(norm1(x)), then + feedforw
   const auto h = x + layer->self_attn(layer->norm1(x), mask, 0.0);
   const auto f = layer->norm2(h);
   const auto expected = h + layer->linear2(torch::gelu(layer->linear1(f)));
-  CHECK(largest_difference(layer->forward(x, mask), expected) < 1e-5);
+  CHECK(max_diff(layer->forward(x, mask), expected) < 1e-5);
 }
 
 TEST_CASE("nn::EncoderLayer: bad shapes are clear errors", "[nn]") {

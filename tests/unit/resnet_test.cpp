@@ -9,6 +9,7 @@
 
 #include "../dtrain_catch.hpp"
 #include "../run_command.hpp"
+#include "support.hpp"
 
 #include <unistd.h>
 
@@ -100,10 +101,7 @@ std::int64_t classes_of(const std::string& arch) {
   return arch == "resnet18" ? 1000 : arch == "resnet34" || arch == "resnet18_small" ? 10 : 7;
 }
 
-double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  REQUIRE(a.sizes() == b.sizes());
-  return a.numel() ? (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>() : 0.0;
-}
+using dtrain_test::max_diff;
 
 /// Runs tests/unit/resnet_reference.py with the Python of scripts/python-env.
 dtrain_test::CommandResult reference(const std::string& args) {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// Helpers shared by the unit tests: a file's bytes, a scratch directory that cleans up after itself, and a matcher
+// Helpers shared by the unit tests: the largest difference of two tensors, a file's bytes, a scratch directory that cleans up after itself, and a matcher
 // for "the exception's message names all of these".
 
 #include <unistd.h>
@@ -16,9 +16,21 @@
 #include <system_error>
 #include <vector>
 
+#include <torch/torch.h>
+
 #include "../dtrain_catch.hpp"
 
 namespace dtrain_test {
+
+/// The largest absolute difference of two tensors of one shape, in double; where `mask` ([batch,
+/// positions], nonzero: counted) is given, only over those positions of [batch, positions, width]
+/// tensors. 0 when nothing is compared.
+inline double max_diff(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& mask = {}) {
+  REQUIRE(a.sizes() == b.sizes());
+  auto gap = (a.to(torch::kDouble) - b.to(torch::kDouble)).abs();
+  if (mask.defined()) gap = gap.masked_select(mask.to(torch::kBool).unsqueeze(-1).expand_as(gap));
+  return gap.numel() ? gap.max().item<double>() : 0.0;
+}
 
 /// A file's bytes; "" when it cannot be read.
 inline std::string slurp(const std::filesystem::path& path) {
