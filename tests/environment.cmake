@@ -2,7 +2,7 @@
 # Read by ctest before it runs any test (TEST_INCLUDE_FILES of the top-level directory): the
 # environment every test process starts with, unless the caller's environment already says.
 #
-# ctest runs as many tests at once as there are cores, so a test process gets one core's share.
+# scripts/test runs as many tests at once as there are cores, so a test process gets one core's share.
 # Without these variables LibTorch's OpenMP pool and Debian's OpenBLAS pool take every core in
 # each process, and OpenBLAS's pool threads spin (sched_yield) for about 0.1 s whenever they start
 # or finish work: in a 2-worker scenario the driver's two pool threads spent 30% of the process's

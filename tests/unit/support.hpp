@@ -16,7 +16,7 @@
 #include <system_error>
 #include <vector>
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include "../dtrain_catch.hpp"
 
