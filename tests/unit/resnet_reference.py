@@ -25,15 +25,16 @@ scripts/python-env (torch, torchvision, safetensors). Nothing is downloaded: the
     resnet_reference.py strict-load ARCH CLASSES FILE
                                             loads FILE (model.pt of a dtrain checkpoint) strictly into
                                             torchvision.models.ARCH(num_classes=CLASSES) and runs it
-    resnet_reference.py check ARCH WEIGHTS INPUTS OUTPUTS
+    resnet_reference.py check ARCH WEIGHTS INPUTS OUTPUTS [ARCH WEIGHTS INPUTS OUTPUTS ...]
                                             loads WEIGHTS (model.pt by torch.load(weights_only=True),
                                             else safetensors) strictly into torchvision's ARCH, runs
                                             INPUTS' "images" through it in eval mode, then in train
                                             mode, and compares with OUTPUTS' "eval", "train" and
-                                            "after_train.NAME"
+                                            "after_train.NAME"; each group of four in turn, in
+                                            one process (torch imports once)
 
-`check` prints every check with its largest absolute difference, then "N checks, M failed", and
-exits 1 when M > 0 or N == 0. Tolerance 1e-5 (fp32).
+`check` prints every check with its largest absolute difference, then "N checks, M failed
+(WEIGHTS)" for each group, and exits 1 when M > 0 or N == 0 for any. Tolerance 1e-5 (fp32).
 """
 
 import copy
@@ -163,7 +164,7 @@ def check(arch, weights, inputs, outputs):
         result("strict load", True, f"{len(state)} tensors, no missing or unexpected key")
     except RuntimeError as e:
         result("strict load", False, str(e).replace("\n", " "))
-        print(f"{checks} checks, {failed} failed")
+        print(f"{checks} checks, {failed} failed ({weights})")
         return 1
     model.eval()
     with torch.no_grad():
@@ -178,7 +179,7 @@ def check(arch, weights, inputs, outputs):
                 for k in compare_all if k[len("after_train."):] in buffers)
     result("running statistics after train", worst[0] <= TOLERANCE,
            f"largest absolute difference {worst[0]:.3g} at {worst[1]} (tolerance {TOLERANCE})")
-    print(f"{checks} checks, {failed} failed")
+    print(f"{checks} checks, {failed} failed ({weights})")
     return 0 if checks and not failed else 1
 
 
@@ -191,8 +192,8 @@ def main(argv):
         return save(argv[2], argv[3])
     if len(argv) == 5 and argv[1] == "strict-load":
         return strict_load(*argv[2:])
-    if len(argv) == 6 and argv[1] == "check":
-        return check(*argv[2:])
+    if len(argv) >= 6 and argv[1] == "check" and len(argv) % 4 == 2:  # one process for many files: torch loads once
+        return max(check(*argv[i:i + 4]) for i in range(2, len(argv), 4))
     print(__doc__, file=sys.stderr)
     return 2
 
