@@ -23,10 +23,11 @@ from a seeded config.
                       tokenizers (DIR/chat/tokenizer.json, <|endoftext|> its EOS and pad), and
                       DIR/chat.json: prompts and the text transformers generates greedily after each
                       (left-padded, 12 new tokens, decoded with skip_special_tokens)
-    decoder_reference.py check MODEL_DIR FILE
+    decoder_reference.py check MODEL_DIR FILE [MODEL_DIR FILE ...]
         loads MODEL_DIR with AutoModelForCausalLM.from_pretrained (no missing or unexpected key
         allowed), runs it in fp32 eval mode on FILE's input_ids and attention_mask and compares the
-        logits (every position, the padding's too) with FILE's "logits".
+        logits (every position, the padding's too) with FILE's "logits"; each pair in turn, in one
+        process (transformers imports once).
 
 Each command prints every check with its largest absolute difference, then "N checks, M failed", and
 exits 1 when M > 0 or N == 0.
@@ -185,8 +186,7 @@ def make(root, names):
         print(f"made {target}: {dtype}, generated {generated.shape[1] - prompt_ids.shape[1]} tokens")
 
 
-def check(model_dir, file):
-    checks = Checks()
+def check(checks, model_dir, file):
     model, info = AutoModelForCausalLM.from_pretrained(model_dir, output_loading_info=True, dtype=torch.float32)
     for kind in ("missing_keys", "unexpected_keys", "mismatched_keys"):
         checks.result(f"{model_dir}: {kind}", not info.get(kind), str(sorted(info.get(kind) or [])))
@@ -195,14 +195,16 @@ def check(model_dir, file):
         t = {k: f.get_tensor(k) for k in f.keys()}
     with torch.no_grad():
         logits = model(input_ids=t["input_ids"], attention_mask=t["attention_mask"]).logits
-    checks.close(f"{type(model).__name__} logits", logits, t["logits"])
-    checks.finish()
+    checks.close(f"{model_dir}: {type(model).__name__} logits", logits, t["logits"])
 
 
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "make":
         make(sys.argv[2], sys.argv[3:] or ["llama", "llama_tied", "llama_bare", "mistral", "qwen2", "gpt2", "gpt2_bare"])
-    elif len(sys.argv) == 4 and sys.argv[1] == "check":
-        check(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) >= 4 and sys.argv[1] == "check" and len(sys.argv) % 2 == 0:
+        checks = Checks()
+        for i in range(2, len(sys.argv), 2):
+            check(checks, sys.argv[i], sys.argv[i + 1])
+        checks.finish()
     else:
         raise SystemExit(__doc__)
