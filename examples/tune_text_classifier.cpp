@@ -23,7 +23,6 @@
 #include <dtrain/inference.hpp>
 #include <dtrain/tune.hpp>
 #include <dtrain/evaluation/validation.hpp>
-#include <dtrain/tune.hpp>
 
 #include "text_tagger.hpp"
 

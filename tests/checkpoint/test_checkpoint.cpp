@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/torch.h>
 
 #include <sys/resource.h>

@@ -36,7 +36,6 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
-#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/nn/module.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/types.h>

@@ -16,8 +16,6 @@
 
 #include <ATen/core/Dict.h>
 #include <ATen/core/ivalue.h>
-#include <caffe2/serialize/inline_container.h>
-#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>

@@ -18,7 +18,6 @@
 #include <utility>
 
 #include <nlohmann/json.hpp>
-#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/serialize/output-archive.h>
 #include <torch/types.h>
 

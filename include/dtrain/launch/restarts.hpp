@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <functional>
 #include <optional>
-#include <regex>
 #include <string>
 #include <thread>
 #include <utility>

@@ -7,6 +7,9 @@
 
 #include <fstream>
 
+// Only the bodies read pickles: the header stays without the JIT's pickler and its frontend.
+#include <torch/csrc/jit/serialization/pickle.h>
+
 DTRAIN_NAMESPACE_BEGIN
 namespace checkpointer {
 

@@ -4,6 +4,10 @@
 
 #include <dtrain/checkpointer/python_format.hpp>
 
+// Only the bodies write pickles: the header stays without the JIT's pickler and its frontend.
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/pickler.h>
+
 DTRAIN_NAMESPACE_BEGIN
 namespace checkpointer {
 namespace detail {

@@ -4,6 +4,8 @@
 
 #include <dtrain/launch/restarts.hpp>
 
+#include <regex>
+
 DTRAIN_NAMESPACE_BEGIN
 namespace launch {
 
