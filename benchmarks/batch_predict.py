@@ -21,10 +21,12 @@ import subprocess
 import sys
 
 import idle
+import timed_build
 
 here = os.path.dirname(os.path.abspath(__file__))
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-p.add_argument("--example", default=os.path.join(here, "..", "build", "examples", "fashion_mnist"))
+p.add_argument("--example", type=timed_build.program,
+               default=os.path.join(here, "..", "build", "examples", "fashion_mnist"))
 p.add_argument("--model", default="cnn", choices=["cnn", "mlp"])
 p.add_argument("--workers", default="1,2", help="worker counts, comma-separated (the first is the baseline)")
 p.add_argument("--repeats", type=int, default=3)

@@ -21,10 +21,12 @@ import subprocess
 import sys
 
 import idle
+import timed_build
 
 here = os.path.dirname(os.path.abspath(__file__))
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-p.add_argument("--program", default=os.path.join(here, "..", "build", "benchmarks", "checkpoint_stall"))
+p.add_argument("--program", type=timed_build.program,
+               default=os.path.join(here, "..", "build", "benchmarks", "checkpoint_stall"))
 p.add_argument("--mb", type=float, default=105)
 p.add_argument("--checkpoints", type=int, default=3)
 p.add_argument("--seconds-between", type=float, default=8)

@@ -22,10 +22,12 @@ import sys
 import time
 
 import idle
+import timed_build
 
 here = os.path.dirname(os.path.abspath(__file__))
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-p.add_argument("--bench", default=os.path.join(here, "..", "build", "benchmarks", "decode_steps"))
+p.add_argument("--bench", type=timed_build.program,
+               default=os.path.join(here, "..", "build", "benchmarks", "decode_steps"))
 p.add_argument("--lengths", default="32,128,512,1024")
 p.add_argument("--steps", type=int, default=32)
 p.add_argument("--hf-child", action="store_true", help=argparse.SUPPRESS)

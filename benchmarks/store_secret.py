@@ -23,10 +23,12 @@ import sys
 import time
 
 import idle
+import timed_build
 
 here = os.path.dirname(os.path.abspath(__file__))
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-p.add_argument("--example", default=os.path.join(here, "..", "build", "examples", "fashion_mnist"))
+p.add_argument("--example", type=timed_build.program,
+               default=os.path.join(here, "..", "build", "examples", "fashion_mnist"))
 p.add_argument("--steps", type=int, default=300)
 p.add_argument("--repeats", type=int, default=3)
 p.add_argument("--dir", default="/tmp/dtrain_store_secret")

@@ -31,13 +31,15 @@ import sys
 import tempfile
 
 import idle
+import timed_build
 import process_tree
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.normpath(os.path.join(here, ".."))
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--data", help="make_dog_breeds.py's output: DIR/model and DIR/images (default: made here)")
-p.add_argument("--example", default=os.path.join(root, "build", "examples", "dog_breeds"))
+p.add_argument("--example", type=timed_build.program,
+               default=os.path.join(root, "build", "examples", "dog_breeds"))
 p.add_argument("--python", default=os.path.join(root, "tests", "tools", "venv-python"))
 p.add_argument("--peer", default=os.path.join(here, "clip_peer.py"))
 p.add_argument("--repeats", type=int, default=1)

@@ -33,12 +33,14 @@ import statistics
 import sys
 
 import idle
+import timed_build
 import process_tree
 
 here = os.path.dirname(os.path.abspath(__file__))
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--root", required=True)
-p.add_argument("--example", default=os.path.join(here, "..", "build", "examples", "image_classifier"))
+p.add_argument("--example", type=timed_build.program,
+               default=os.path.join(here, "..", "build", "examples", "image_classifier"))
 p.add_argument("--peer", help="default: ../shared/peers/image_peer.py; with --weights, benchmarks/resnet_peer.py")
 p.add_argument("--decode-steps", type=int, default=100)
 p.add_argument("--train-steps", type=int, default=60)

@@ -40,6 +40,7 @@ import sys
 import tempfile
 
 import idle
+import timed_build
 import process_tree
 
 here = os.path.dirname(os.path.abspath(__file__))
@@ -48,7 +49,8 @@ p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDes
 p.add_argument("--model-dir", required=True, help="a Hugging Face Llama directory (examples/make_llm.py's OUT/model)")
 p.add_argument("--train", required=True, help="JSON Lines of prompt/response records (OUT/train.jsonl)")
 p.add_argument("--eval", required=True, help="JSON Lines of prompt/response records (OUT/eval.jsonl)")
-p.add_argument("--example", default=os.path.join(root, "build", "examples", "finetune_llm"))
+p.add_argument("--example", type=timed_build.program,
+               default=os.path.join(root, "build", "examples", "finetune_llm"))
 p.add_argument("--python", default=os.path.join(root, "tests", "tools", "venv-python"),
                help="the Python that runs the peer (torch, transformers, peft, tokenizers)")
 p.add_argument("--peer", default=os.path.join(here, "llm_peer.py"))

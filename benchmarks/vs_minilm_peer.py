@@ -26,13 +26,15 @@ import statistics
 import sys
 
 import idle
+import timed_build
 import process_tree
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.normpath(os.path.join(here, ".."))
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--data", required=True, help="a directory holding dataset.csv and holdout.csv")
-p.add_argument("--example", default=os.path.join(root, "build", "examples", "finetune_text_classifier"))
+p.add_argument("--example", type=timed_build.program,
+               default=os.path.join(root, "build", "examples", "finetune_text_classifier"))
 p.add_argument("--python", default=os.path.join(root, "tests", "tools", "venv-python"),
                help="the Python that runs the peer (torch and transformers)")
 p.add_argument("--peer", default=os.path.join(here, "minilm_peer.py"))

@@ -43,18 +43,22 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import idle
+import timed_build
 
 here = os.path.dirname(os.path.abspath(__file__))
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-p.add_argument("--example", default=os.path.join(here, "..", "build", "examples", "fashion_mnist"))
+p.add_argument("--example", type=timed_build.program,
+               default=os.path.join(here, "..", "build", "examples", "fashion_mnist"))
 p.add_argument("--peer", default=os.path.join(here, "..", "..", "shared", "peers", "torch_ddp_peer.py"))
-p.add_argument("--floor", help="the torch_floor program (benchmarks/torch_floor.cpp), for the startup floor")
+p.add_argument("--floor", type=timed_build.program,
+               help="the torch_floor program (benchmarks/torch_floor.cpp), for the startup floor")
 p.add_argument("--steps", type=int, default=300)
 p.add_argument("--repeats", type=int, default=2)
 p.add_argument("--models", default="cnn,mlp")
 p.add_argument("--workers", default="1,2")
-p.add_argument("--baseline", help="another build of the example (e.g. the previous main's), run alternately "
-                                  "with --example: its throughput ratio shows a regression beside the noise")
+p.add_argument("--baseline", type=timed_build.program,
+               help="another build of the example (e.g. the previous main's), run alternately "
+                    "with --example: its throughput ratio shows a regression beside the noise")
 idle.add_argument(p)
 args = p.parse_args()
 if args.steps < 1 or args.repeats < 1:

@@ -26,11 +26,13 @@ import subprocess
 import sys
 
 import idle
+import timed_build
 
 here = os.path.dirname(os.path.abspath(__file__))
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--data", required=True, help="a directory holding dataset.csv and holdout.csv")
-p.add_argument("--example", default=os.path.join(here, "..", "build", "examples", "text_classifier"))
+p.add_argument("--example", type=timed_build.program,
+               default=os.path.join(here, "..", "build", "examples", "text_classifier"))
 # ../shared beside the repository (/work/main), or beside a worktree's parent (/work/wt/NAME).
 peers = [os.path.normpath(os.path.join(here, *up, "shared", "peers", "text_peer.py")) for up in (["..", ".."], ["..", "..", ".."])]
 p.add_argument("--peer", default=next((c for c in peers if os.path.isfile(c)), peers[0]))

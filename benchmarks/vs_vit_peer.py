@@ -31,6 +31,7 @@ import sys
 import tempfile
 
 import idle
+import timed_build
 import process_tree
 
 here = os.path.dirname(os.path.abspath(__file__))
@@ -38,7 +39,8 @@ root = os.path.normpath(os.path.join(here, ".."))
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--data", required=True, help="an image folder with train/ and test/ (scripts/make-image-folder)")
 p.add_argument("--model-dir", help="a ViTForImageClassification directory (default: examples/make_vit.py's)")
-p.add_argument("--example", default=os.path.join(root, "build", "examples", "finetune_vit"))
+p.add_argument("--example", type=timed_build.program,
+               default=os.path.join(root, "build", "examples", "finetune_vit"))
 p.add_argument("--python", default=os.path.join(root, "tests", "tools", "venv-python"),
                help="the Python that runs the peer (torch, torchvision, transformers)")
 p.add_argument("--peer", default=os.path.join(here, "vit_peer.py"))

@@ -27,10 +27,12 @@ import tempfile
 import time
 
 import idle
+import timed_build
 
 here = os.path.dirname(os.path.abspath(__file__))
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-p.add_argument("--bench", default=os.path.join(here, "..", "build", "benchmarks", "wordpiece_bench"))
+p.add_argument("--bench", type=timed_build.program,
+               default=os.path.join(here, "..", "build", "benchmarks", "wordpiece_bench"))
 p.add_argument("--corpus", default=os.path.join(here, "..", "build", "tests", "data", "text_corpus"))
 p.add_argument("--tokenizer")
 p.add_argument("--repeats", type=int, default=5)
