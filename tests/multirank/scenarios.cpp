@@ -23,6 +23,7 @@
 
 #include <dtrain/backend/detail/gloo_peers.hpp>  // run_gloo_group: a Gloo group of its own
 #include <dtrain/dtrain.hpp>
+#include <dtrain/evaluation/predictor.hpp>  // evaluate: a Predictor over the trained model
 
 #include <algorithm>
 #include <chrono>
