@@ -4,8 +4,7 @@
 programs at -O1 to build the suite faster, and a ratio taken with them would not be dtrain's.
 
     import timed_build
-    p.add_argument("--example", type=timed_build.program,
-               default=...)
+    p.add_argument("--example", type=timed_build.program, default=...)
 
 program() finds the CMake build directory that holds the program (the nearest CMakeCache.txt
 above it) and refuses one configured with DTRAIN_TEST_BUILD=ON, naming the commands that turn it
