@@ -9,7 +9,11 @@
 # CPU time so, on the cores the other test needed. Each worker already runs with one thread of
 # each (ScalingConfig::threads_per_worker, set by the driver); this gives the tests' own processes
 # (drivers, Catch2 programs, the Python references) the same. docs/packaging.md has the figures.
-foreach(variable OMP_NUM_THREADS OPENBLAS_NUM_THREADS MKL_NUM_THREADS)
+#
+# DTRAIN_PYTHON_FORKSERVER: tests/tools/venv-python runs the Python references as processes forked
+# from one that has imported torch and transformers already (tests/tools/python_forkserver.py),
+# which saves about 5 CPU seconds of imports in each of the suite's ~60 runs of them.
+foreach(variable OMP_NUM_THREADS OPENBLAS_NUM_THREADS MKL_NUM_THREADS DTRAIN_PYTHON_FORKSERVER)
   if(NOT DEFINED ENV{${variable}})
     set(ENV{${variable}} 1)
   endif()
