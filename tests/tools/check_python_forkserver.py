@@ -66,6 +66,12 @@ expected = ("preloaded True argv ['a', 'b c'] cwd %s env seen neighbour 42 name 
 check(first.stdout.strip() == expected, "the script saw\n  %s\nnot\n  %s" % (first.stdout.strip(), expected))
 check(first.stderr == "to stderr\n", "stderr was %r" % first.stderr)
 
+# A TMPDIR too long for a socket's address (107 bytes) still gets a server.
+long_tmp = work / ("a_temporary_directory_whose_path_is_longer_than_a_unix_socket_address_holds" * 2)
+long_tmp.mkdir(exist_ok=True)
+long_run = run(str(script), TMPDIR=str(long_tmp))
+check(long_run.stdout.startswith("preloaded True"), "with a long TMPDIR the script saw %r" % long_run.stdout)
+
 status = run(str(script), "exit", "3")
 check(status.returncode == 3, "sys.exit(3) gave exit status %d" % status.returncode)
 error = run(str(script), "raise")
@@ -105,6 +111,8 @@ for number, expected_status in ((signal.SIGTERM, -signal.SIGTERM), (signal.SIGKI
 
 for socket_file in work.glob("dtrain-pyfork-*/*.sock"):
     socket_file.unlink()  # this check's servers leave within seconds of losing their path
+# (Where the work directory's path is too long for a socket's address, they are under /tmp,
+# apart from others by their TMPDIR, and leave after a minute idle.)
 if failures:
     sys.exit(1)
 print("OK: arguments, directory, environment, streams, exit status, exceptions and signals as plain Python")

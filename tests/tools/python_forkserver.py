@@ -44,12 +44,16 @@ def socket_path():
     for name in sorted(os.environ):
         if name.startswith(IMPORT_ENVIRONMENT):
             key.update(b"\0%s=%s" % (name.encode(), os.environ[name].encode()))
-    directory = os.path.join(os.environ.get("TMPDIR", "/tmp"), "dtrain-pyfork-%d" % os.getuid())
+    name = "dtrain-pyfork-%d/%s.sock" % (os.getuid(), key.hexdigest()[:16])
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), name)
+    if len(path.encode()) + len(".new") > 107:  # what a Unix socket's address holds: /tmp's then
+        path = os.path.join("/tmp", name)
+    directory = os.path.dirname(path)
     os.makedirs(directory, mode=0o700, exist_ok=True)
     info = os.lstat(directory)
     if info.st_uid != os.getuid() or info.st_mode & 0o077:
         raise OSError("%s is not a directory of this user's alone" % directory)
-    return os.path.join(directory, key.hexdigest()[:24] + ".sock")
+    return path
 
 
 def send_message(conn, obj, fds=()):
@@ -242,7 +246,9 @@ def serve(path):
     if threads != 1:  # forking then could copy a lock some other thread holds
         sys.exit("python_forkserver: the imports started %d threads; not serving" % threads)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    temporary = "%s.%d" % (path, os.getpid())
+    temporary = path + ".new"  # one server starts at a time (start_server's lock)
+    if os.path.exists(temporary):
+        os.unlink(temporary)
     listener.bind(temporary)
     listener.listen(64)
     os.rename(temporary, path)  # callers connect only to a listening server
