@@ -140,12 +140,7 @@ def run(args):
         run_plainly(args)
     for number in FORWARDED_SIGNALS:
         signal.signal(number, lambda number, _: conn.sendall(bytes([number])))
-    while True:
-        try:
-            finished, _ = receive_message(conn)
-            break
-        except InterruptedError:
-            continue
+    finished, _ = receive_message(conn)  # a forwarded signal interrupts it; Python resumes it (PEP 475)
     if finished is None:
         sys.stderr.write("python_forkserver: the server went away while %s ran\n" % args[0])
         os._exit(1)
@@ -253,6 +248,9 @@ def serve(path):
     listener.listen(64)
     os.rename(temporary, path)  # callers connect only to a listening server
     inode = os.stat(path).st_ino
+
+    def path_is_ours():  # another server may have taken the path
+        return os.path.exists(path) and os.stat(path).st_ino == inode
     wakeup_read, wakeup_write = os.pipe()
     os.set_blocking(wakeup_write, False)
     signal.set_wakeup_fd(wakeup_write)
@@ -260,11 +258,9 @@ def serve(path):
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ, "accept")
     selector.register(wakeup_read, selectors.EVENT_READ, "reap")
-    children = {}  # connection -> pid
+    children = {}  # pid -> the caller's connection; the selector's data for it is the pid
     last_work = time.monotonic()
-    while children or time.monotonic() - last_work < IDLE_SECONDS:
-        if not os.path.exists(path) or os.stat(path).st_ino != inode:
-            break  # another server has the path now
+    while (children or time.monotonic() - last_work < IDLE_SECONDS) and path_is_ours():
         for key, _ in selector.select(timeout=5):
             if key.data == "accept":
                 conn, _ = listener.accept()
@@ -279,14 +275,16 @@ def serve(path):
                 sys.stderr.flush()
                 pid = os.fork()
                 if pid == 0:
-                    child(request, fds, listener, list(children))
+                    child(request, fds, listener, list(children.values()))
                 for fd in fds:
                     os.close(fd)
-                children[conn] = pid
-                selector.register(conn, selectors.EVENT_READ, "caller")
+                children[pid] = conn
+                selector.register(conn, selectors.EVENT_READ, pid)
                 send_message(conn, {"pid": pid})
-            elif key.data == "caller":  # a signal to forward, or the caller is gone
-                conn, pid = key.fileobj, children[key.fileobj]
+            elif key.data == "reap":
+                os.read(wakeup_read, 4096)
+            else:  # a caller's connection: a signal to forward, or the caller is gone
+                conn, pid = key.fileobj, key.data
                 data = conn.recv(64)
                 try:
                     if data:
@@ -297,26 +295,20 @@ def serve(path):
                         os.killpg(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            else:
-                os.read(wakeup_read, 4096)
         while children:
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
                 break
-            for conn, child_pid in list(children.items()):
-                if child_pid == pid:
-                    del children[conn]
-                    try:
-                        selector.unregister(conn)
-                    except KeyError:
-                        pass
-                    try:
-                        send_message(conn, {"status": status})
-                    except OSError:
-                        pass
-                    conn.close()
-                    last_work = time.monotonic()
-    if os.path.exists(path) and os.stat(path).st_ino == inode:
+            conn = children.pop(pid)
+            if conn in selector.get_map():
+                selector.unregister(conn)
+            try:
+                send_message(conn, {"status": status})
+            except OSError:
+                pass
+            conn.close()
+            last_work = time.monotonic()
+    if path_is_ours():
         os.unlink(path)
 
 
