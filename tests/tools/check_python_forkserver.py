@@ -8,10 +8,12 @@ Through python_forkserver.py, a script must see its arguments, working directory
 standard streams; its exit status, its uncaught exception and a signal sent to the caller must come
 out as with plain Python; a caller killed with SIGKILL takes its child along; another value of an
 import setting (OMP_NUM_THREADS) gets a server of its own, and what plain Python gets from it. And
-the run must come from the server: torch is imported before the script's first line. Prints OK, or
-FAIL lines and exits 1.
+the run must come from the server: torch is imported before the script's first line. PYTHONUNBUFFERED
+writes through to a pipe; a server that cannot come up is started once, and the runs are plain.
+Prints OK, or FAIL lines and exits 1.
 """
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -40,6 +42,9 @@ if what == "threads":
     print("threads", torch.get_num_threads())
 if what == "sleep":
     open(sys.argv[2], "w").write(str(os.getpid()))
+    time.sleep(300)
+if what == "early":
+    print("early")
     time.sleep(300)
 """)
 # A private TMPDIR: the servers of this check, not the suite's.
@@ -108,6 +113,36 @@ for number, expected_status in ((signal.SIGTERM, -signal.SIGTERM), (signal.SIGKI
         time.sleep(0.05)
     check(child and not Path("/proc/%d" % child).exists(),
           "the script outlived its caller (signal %d)" % number)
+
+# PYTHONUNBUFFERED (python -u): a line reaches a pipe before the script ends.
+caller = subprocess.Popen([venv_python, str(script), "early"], cwd=work, env=dict(env, PYTHONUNBUFFERED="1"),
+                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+seen, deadline = [], time.monotonic() + 60
+while "early" not in seen and time.monotonic() < deadline:
+    ready, _, _ = select.select([caller.stdout], [], [], deadline - time.monotonic())
+    line = caller.stdout.readline() if ready else ""
+    if not line:
+        break
+    seen.append(line.strip())
+caller.kill()
+caller.wait()
+check(seen[:1] and seen[0].startswith("preloaded True") and "early" in seen,
+      "with PYTHONUNBUFFERED=1 the pipe got %r while the script ran" % seen)
+
+# A server that cannot come up (here, an import that ends the process) is tried once: the runs are
+# plain Python, and the next run does not start another server.
+broken = work / "broken_import"
+broken.mkdir(exist_ok=True)
+(broken / "numpy.py").write_text("import sys\nsys.exit('numpy: this installation is broken')\n")
+markers_before = set(work.glob("dtrain-pyfork-*/*.refused"))
+refused = [run(str(script), PYTHONPATH=str(broken)) for _ in range(2)]
+check(all(r.returncode == 0 and r.stdout.startswith("preloaded False") for r in refused),
+      "beside a server that could not start, the runs gave %r"
+      % [(r.returncode, r.stdout, r.stderr) for r in refused])
+markers = set(work.glob("dtrain-pyfork-*/*.refused")) - markers_before
+check(len(markers) == 1 and all("this installation is broken" in m.read_text()
+                                and not m.with_suffix(".log").exists() for m in markers),
+      "the server that could not start left %r, or the second run started one again" % markers)
 
 for socket_file in work.glob("dtrain-pyfork-*/*.sock"):
     socket_file.unlink()  # this check's servers leave within seconds of losing their path

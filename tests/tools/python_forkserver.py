@@ -16,10 +16,12 @@ child; a caller that dies takes its child with it. The server leaves after a min
 Servers are per user (a 0700 directory, and each connection's peer must be that user) and per
 environment of what the imports read (the variables in IMPORT_ENVIRONMENT), so a run never gets
 modules imported under other settings. Anything this cannot do (another interpreter flag, a server
-that does not come up, one with threads to fork) runs the script as plain Python would, unchanged.
+that does not come up, one with threads to fork) runs the script as plain Python would, unchanged;
+after a server that could not serve, the runs are plain for ten minutes without trying again.
 """
 import array
 import hashlib
+import io
 import json
 import os
 import selectors
@@ -34,6 +36,7 @@ PRELOAD = ("numpy", "torch", "torchvision", "safetensors.torch", "tokenizers", "
 IMPORT_ENVIRONMENT = ("PYTHON", "LD_", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "TORCH", "PYTORCH", "CUDA",
                       "NCCL", "HF_", "TRANSFORMERS", "TOKENIZERS", "SAFETENSORS", "PEFT", "TMPDIR")
 IDLE_SECONDS = 60
+REFUSED_SECONDS = 600
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
                      signal.SIGUSR2)
 
@@ -99,7 +102,10 @@ def connect(path):
 
 
 def start_server(path):
-    """Connects to the server at path, starting one if there is none (one caller at a time starts)."""
+    """Connects to the server at path, starting one if there is none (one caller at a time starts).
+
+    A server that ended without serving leaves its log as path.refused, and for REFUSED_SECONDS
+    after that the runs are plain rather than each paying for the imports again."""
     import fcntl
     import subprocess
     with open(path + ".lock", "w") as lock:
@@ -107,6 +113,11 @@ def start_server(path):
         conn = connect(path)
         if conn:
             return conn
+        try:
+            if time.time() - os.path.getmtime(path + ".refused") < REFUSED_SECONDS:
+                return None
+        except OSError:
+            pass
         server = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", path],
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                   stderr=open(path + ".log", "w"), start_new_session=True)
@@ -116,6 +127,8 @@ def start_server(path):
             if conn:
                 return conn
             time.sleep(0.05)
+        if server.poll() is not None:
+            os.replace(path + ".log", path + ".refused")
         return None
 
 
@@ -154,6 +167,12 @@ def run(args):
 
 
 # --- the server ----------------------------------------------------------------------------------
+def output_stream(fd, line_buffering, unbuffered, errors):
+    binary = open(fd, "wb", buffering=0 if unbuffered else -1, closefd=False)
+    return io.TextIOWrapper(binary, errors=errors, line_buffering=line_buffering,
+                            write_through=unbuffered)
+
+
 def child(request, fds, listener, connections):
     """In the forked process: becomes the caller's Python run of its script. Never returns."""
     code, script = 1, None
@@ -175,13 +194,14 @@ def child(request, fds, listener, connections):
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
-        line_buffered = os.isatty(1)
-        sys.stdin = open(0, "r", closefd=False)
-        sys.stdout = open(1, "w", buffering=-1 if not line_buffered else 1, closefd=False)
-        sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        # The streams as the interpreter opens them: PYTHONUNBUFFERED (python -u) writes through.
+        unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+        sys.stdin = open(0, "r", closefd=False)
+        sys.stdout = output_stream(1, os.isatty(1), unbuffered, "strict")
+        sys.stderr = output_stream(2, True, unbuffered, "backslashreplace")
         import random
         random.seed()
         if "numpy" in sys.modules:
