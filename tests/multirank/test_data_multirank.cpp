@@ -4,6 +4,7 @@
 
 #include "../dtrain_catch.hpp"
 #include "../run_command.hpp"
+#include "../scratch.hpp"
 #include "saved_params.hpp"
 
 #include <sys/wait.h>
@@ -32,8 +33,7 @@ DataRun data_scenario(const std::string& args) {
   std::random_device rd;
   const std::string tag = "d" + std::to_string(rd()) + std::to_string(::getpid());
   DataRun r;
-  r.dir = fs::temp_directory_path() / ("dtrain_data_multirank_" + tag);
-  fs::create_directories(r.dir);
+  r.dir = dtrain_test::scratch_directory("dtrain_data_multirank_" + tag);
   auto run = dtrain_test::run_command("cd '" + r.dir.string() + "' && '" + DATA_SCENARIOS_BIN + "' " + args + " --tag " + tag);
   r.status = run.status;
   r.output = std::move(run.output);
@@ -91,6 +91,4 @@ TEST_CASE("pipeline: a run killed mid-epoch and resumed is bitwise equal to an u
   REQUIRE(a.size() == b.size());
   REQUIRE(!a.empty());
   for (std::size_t i = 0; i < a.size(); ++i) CHECK(torch::equal(a[i], b[i]));
-  fs::remove_all(ref.dir);
-  fs::remove_all(killed.dir);
 }

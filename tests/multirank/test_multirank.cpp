@@ -5,6 +5,7 @@
 #include "../dtrain_catch.hpp"
 #include "../loopback_port.hpp"
 #include "../run_command.hpp"
+#include "../scratch.hpp"
 #include "saved_params.hpp"
 
 #include <arpa/inet.h>
@@ -42,11 +43,14 @@ std::string unique_tag() {
   return "t" + std::to_string(rd()) + std::to_string(getpid());
 }
 
+// The test's directory for the scenarios' files and what they write (scratch.hpp: removed when the
+// test program passes).
+fs::path scratch(const std::string& tag) { return dtrain_test::scratch_directory("dtrain_multirank_" + tag); }
+
 // Runs the scenarios program in a fresh directory with `env` prefixed; returns exit status and
 // everything it printed. Every run carries a unique --tag so leftover processes can be found.
 Run scenario(const std::string& args, const std::string& tag, const std::string& env = "") {
-  const fs::path dir = fs::temp_directory_path() / ("dtrain_multirank_" + tag);
-  fs::create_directories(dir);
+  const fs::path dir = scratch(tag);
   return dtrain_test::run_command("cd '" + dir.string() + "' && " + env + " '" + SCENARIOS_BIN + "' " + args +
                                   " --tag " + tag);
 }
@@ -84,7 +88,7 @@ using dtrain_test::load_params;
 
 TEST_CASE("2 workers give the parameters of 1 worker on the same samples", "[multirank][ddp]") {
   const auto tag = unique_tag();
-  const fs::path one = fs::temp_directory_path() / (tag + "_1.pt"), two = fs::temp_directory_path() / (tag + "_2.pt");
+  const fs::path one = scratch(tag) / (tag + "_1.pt"), two = scratch(tag) / (tag + "_2.pt");
   auto r1 = scenario("equivalence --workers 1 --batch 32 --steps 6 --out " + one.string(), tag);
   INFO(r1.output);
   REQUIRE(r1.status == 0);
@@ -105,7 +109,7 @@ TEST_CASE("2 workers give the parameters of 1 worker on the same samples", "[mul
 TEST_CASE("a sparse embedding trains to the dense one's parameters on 1 and 2 workers, reducing only the rows looked up", "[multirank][ddp][sparse]") {
   const auto tag = unique_tag();
   auto params_of = [&](const std::string& variant, int workers, const std::string& strategy) {
-    const fs::path out = fs::temp_directory_path() / (tag + "_" + variant + std::to_string(workers) + strategy + ".pt");
+    const fs::path out = scratch(tag) / (tag + "_" + variant + std::to_string(workers) + strategy + ".pt");
     auto r = scenario("embedding --variant " + variant + " --workers " + std::to_string(workers) + " --strategy " +
                           strategy + " --batch 8 --steps 8 --out " + out.string(), tag);
     INFO(r.output);
@@ -136,7 +140,7 @@ TEST_CASE("a sparse embedding trains to the dense one's parameters on 1 and 2 wo
 
 TEST_CASE("workers started as fresh processes (threads_per_worker > 1) train the same", "[multirank][exec]") {
   const auto tag = unique_tag();
-  const fs::path one = fs::temp_directory_path() / (tag + "_1.pt"), two = fs::temp_directory_path() / (tag + "_2.pt");
+  const fs::path one = scratch(tag) / (tag + "_1.pt"), two = scratch(tag) / (tag + "_2.pt");
   auto r1 = scenario("equivalence --workers 1 --steps 4 --out " + one.string(), tag);
   REQUIRE(r1.status == 0);
   auto r2 = scenario("equivalence --workers 2 --threads 2 --steps 4 --out " + two.string(), tag);
@@ -159,7 +163,7 @@ TEST_CASE("the first bucket's allreduce starts before backward ends", "[multiran
 
 TEST_CASE("report and all_reduce are synchronised steps - rank 0's metrics are recorded", "[multirank][report]") {
   const auto tag = unique_tag();
-  auto r = scenario("report --workers 2 --steps 2 --storage " + (fs::temp_directory_path() / tag).string(), tag);
+  auto r = scenario("report --workers 2 --steps 2 --storage " + (scratch(tag) / "runs").string(), tag);
   INFO(r.output);
   REQUIRE(r.status == 0);
   CHECK(metric(r.output, "sum") == 3);
@@ -168,7 +172,7 @@ TEST_CASE("report and all_reduce are synchronised steps - rank 0's metrics are r
   CHECK(metric(r.output, "rank") == 0);
   CHECK(metric(r.output, "world") == 2);
   CHECK(metric(r.output, "rows") == 1);
-  const auto run_dir = fs::temp_directory_path() / tag / "report";
+  const auto run_dir = scratch(tag) / "runs" / "report";
   CHECK(fs::exists(run_dir / "metrics.csv"));
   CHECK(fs::exists(run_dir / "metrics.jsonl"));
 }
@@ -288,8 +292,7 @@ TEST_CASE("a rendezvous that never completes names the missing ranks", "[multira
 
 TEST_CASE("killing the driver takes its workers with it", "[multirank][failure]") {
   const auto tag = unique_tag();
-  const fs::path dir = fs::temp_directory_path() / ("dtrain_multirank_" + tag);
-  fs::create_directories(dir);
+  const fs::path dir = scratch(tag);
   const pid_t driver = fork();
   REQUIRE(driver >= 0);
   if (driver == 0) {
@@ -328,7 +331,7 @@ TEST_CASE("gloo's flat allgather and emulated reduce_scatter give exact results"
     return "env RANK=" + std::to_string(r) + " LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=" + std::to_string(r) +
            " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " '" + SCENARIOS_BIN + "' collectives --tag " + tag;
   };
-  const std::string cmd = "cd '" + (fs::temp_directory_path() / ("dtrain_multirank_" + tag)).string() + "' && (" +
+  const std::string cmd = "cd '" + scratch(tag).string() + "' && (" +
                           rank(0) + " & a=$!; " + rank(1) + "; b=$?; wait $a; a=$?; echo status $a $b)";
   const std::string out = dtrain_test::run_command(cmd).output;
   INFO(out);
@@ -357,7 +360,7 @@ std::string latest_of(const std::string& out) {
 
 TEST_CASE("fsdp<> trains to the parameters ddp<> gives within 1e-5 relative", "[multirank][fsdp]") {
   const auto tag = unique_tag();
-  const auto tmp = fs::temp_directory_path();
+  const auto tmp = scratch(tag);
   // Adam (state per shard), BatchNorm buffers, 8 steps; --accumulate adds no_sync micro-batches.
   for (const std::string extra : {"", " --accumulate 1"}) {
     std::vector<std::vector<torch::Tensor>> got;
@@ -451,7 +454,7 @@ TEST_CASE("fsdp<> holds at most 0.6x ddp<>'s model state on 2 workers and 0.35x 
 
 TEST_CASE("a ddp<> checkpoint loads into fsdp<> and back and fsdp<> resumes from its sharded optimizer state", "[multirank][fsdp][checkpoint]") {
   const auto tag = unique_tag();
-  const auto tmp = fs::temp_directory_path();
+  const auto tmp = scratch(tag);
   // Each run its own storage: a run directory with checkpoints would be resumed from.
   int runs = 0;
   auto storage_ = [&] { return " --storage " + (tmp / (tag + "_runs" + std::to_string(++runs))).string(); };
@@ -535,7 +538,7 @@ TEST_CASE("ctx.graphed_step on CPU workers is refused with the fix named", "[mul
 
 TEST_CASE("an overflow on one rank makes every rank skip the step and back the loss scale off", "[multirank][amp]") {
   const auto tag = unique_tag();
-  auto r = scenario("amp_overflow --workers 2 --steps 6 --storage " + (fs::temp_directory_path() / tag).string(), tag);
+  auto r = scenario("amp_overflow --workers 2 --steps 6 --storage " + (scratch(tag) / "runs").string(), tag);
   INFO(r.output);
   REQUIRE(r.status == 0);
   // Only rank 1 saw the inf; the found-inf flag is agreed over ranks, so both skipped step 2.
@@ -549,8 +552,8 @@ TEST_CASE("an overflow on one rank makes every rank skip the step and back the l
 
 TEST_CASE("a prefetching shard trains exactly as the plain one and counts the batches the loop got", "[multirank][prefetch]") {
   const auto tag = unique_tag();
-  const fs::path plain = fs::temp_directory_path() / (tag + "_plain.pt"),
-                 ahead = fs::temp_directory_path() / (tag + "_prefetch.pt");
+  const fs::path plain = scratch(tag) / (tag + "_plain.pt"),
+                 ahead = scratch(tag) / (tag + "_prefetch.pt");
   auto r1 = scenario("equivalence --workers 2 --steps 6 --out " + plain.string(), tag);
   INFO(r1.output);
   REQUIRE(r1.status == 0);
@@ -576,7 +579,7 @@ TEST_CASE("an evaluation split over 2 or 3 workers equals the 1-worker one exact
   std::vector<Run> runs;
   std::vector<fs::path> outs;
   for (auto [workers, batch] : {std::pair{1, 200}, std::pair{2, 200}, std::pair{3, 201}}) {
-    outs.push_back(fs::temp_directory_path() / (tag + "_eval" + std::to_string(workers) + ".pt"));
+    outs.push_back(scratch(tag) / (tag + "_eval" + std::to_string(workers) + ".pt"));
     runs.push_back(scenario("evaluate --workers " + std::to_string(workers) + " --batch " + std::to_string(batch) +
                                 " --out " + outs.back().string(),
                             tag));
@@ -682,7 +685,7 @@ FullOptimizerState full_optimizer_state(const fs::path& ck, int world) {
 // ConfigError, and before that, issue 18, LibTorch's size mismatch).
 TEST_CASE("fsdp_checkpoint_reshards_for_another_worker_count: 2 -> 3 -> 2 workers keep the full model and Adam state bitwise", "[multirank][fsdp][checkpoint]") {
   const std::string tag = unique_tag();
-  const auto tmp = fs::temp_directory_path();
+  const auto tmp = scratch(tag);
   int runs = 0;
   auto storage_ = [&] { return " --storage " + (tmp / (tag + "_runs" + std::to_string(++runs))).string(); };
   auto run = [&](const std::string& args) {
@@ -757,8 +760,7 @@ namespace {
 // is killed, and only rank 0's status is printed.
 std::string launched_pair(const std::string& args, const std::string& tag, bool stopped_rank_1 = false) {
   const std::string port = dtrain_test::free_loopback_port();
-  const fs::path dir = fs::temp_directory_path() / ("dtrain_multirank_" + tag);
-  fs::create_directories(dir);
+  const fs::path dir = scratch(tag);
   auto rank = [&](int r) {
     return "env RANK=" + std::to_string(r) + " LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=" + std::to_string(r) +
            " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " '" + SCENARIOS_BIN + "' " + args +
@@ -825,8 +827,7 @@ namespace {
 // rank's output, then "status A B C D".
 std::string launched_two_hosts(const std::string& args, const std::string& tag, const std::string& env = "") {
   const std::string port = dtrain_test::free_loopback_port();
-  const fs::path dir = fs::temp_directory_path() / ("dtrain_multirank_" + tag);
-  fs::create_directories(dir);
+  const fs::path dir = scratch(tag);
   std::string cmd = "cd '" + dir.string() + "' && (";
   for (int r = 0; r < 4; ++r)
     cmd += "env RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r % 2) + " LOCAL_WORLD_SIZE=2 GROUP_RANK=" +
@@ -927,7 +928,7 @@ std::pair<double, double> stuck_and_failed(const std::string& output, const std:
   const auto at = output.find("STUCK rank ");
   REQUIRE(at != std::string::npos);
   const double stuck = std::stod(output.substr(output.find(" at ", at) + 4));
-  std::ifstream in(fs::temp_directory_path() / ("dtrain_multirank_" + tag) / "multirank_runs" / name / "outcome.json");
+  std::ifstream in(scratch(tag) / "multirank_runs" / name / "outcome.json");
   const auto outcome = nlohmann::json::parse(in);
   REQUIRE(outcome["failures"].size() == 1);
   CHECK_THAT(outcome["failures"][0]["cause"].get<std::string>(), Catch::Contains("made no progress"));
@@ -970,7 +971,7 @@ TEST_CASE("a group whose every rank is stuck is stopped by the driver and restar
     if (workers == 2) CHECK_THAT(r.output, Catch::Contains("(and rank 1 on " + std::string(host) + " (pid "));
     const auto [stuck, failed] = stuck_and_failed(r.output, tag, "stuck_all");
     CHECK(failed - stuck < 3.0 + 5.0);
-    fs::remove_all(fs::temp_directory_path() / ("dtrain_multirank_" + tag) / "multirank_runs");
+    fs::remove_all(scratch(tag) / "multirank_runs");
   }
   CHECK(processes_with(tag) == 0);
 }
@@ -1012,7 +1013,7 @@ nlohmann::json read_json_file(const fs::path& p) {
 
 TEST_CASE("under launcher variables rank 0 writes the files the driver writes", "[multirank][launcher][tracking]") {
   const auto tag = unique_tag();
-  const fs::path dir = fs::temp_directory_path() / ("dtrain_multirank_" + tag);
+  const fs::path dir = scratch(tag);
   const std::string args = "fsdp_train --strategy ddp --checkpoint 1 --workers 2";
   auto driven = scenario(args + " --storage driven", tag);
   INFO(driven.output);

@@ -7,6 +7,7 @@
 #include "../dtrain_catch.hpp"
 #include "../loopback_port.hpp"
 #include "../run_command.hpp"
+#include "../scratch.hpp"
 #include "saved_params.hpp"
 
 #include <arpa/inet.h>
@@ -39,8 +40,7 @@ std::string tag_of(const char* what) {
 }
 
 dtrain_test::CommandResult security_scenario(const std::string& args, const std::string& tag, const std::string& env = "") {
-  const fs::path dir = fs::temp_directory_path() / ("dtrain_security_" + tag);
-  fs::create_directories(dir);
+  const fs::path dir = dtrain_test::scratch_directory("dtrain_security_" + tag);
   return dtrain_test::run_command("cd '" + dir.string() + "' && " + env + " '" + SCENARIOS_BIN + "' " + args +
                                   " --tag " + tag);
 }
@@ -131,7 +131,8 @@ TEST_CASE("a run on one host listens on loopback only", "[multirank][security][l
 
 TEST_CASE("intruders at the store change nothing in the run's result and are named", "[multirank][security][hostile]") {
   const auto tag = tag_of("h"), quiet_tag = tag_of("q");
-  const fs::path quiet = fs::temp_directory_path() / (quiet_tag + ".pt"), attacked = fs::temp_directory_path() / (tag + ".pt");
+  const fs::path quiet = dtrain_test::scratch_directory("dtrain_security_" + quiet_tag) / "quiet.pt",
+                 attacked = dtrain_test::scratch_directory("dtrain_security_" + tag) / "attacked.pt";
   auto r1 = security_scenario("equivalence --workers 2 --steps 30 --out " + quiet.string(), quiet_tag);
   INFO(r1.output);
   REQUIRE(r1.status == 0);
@@ -195,7 +196,7 @@ TEST_CASE("a run started under umask 000 leaves nothing world-writable", "[multi
   auto r = security_scenario("fsdp_train --strategy ddp --workers 2 --steps 4 --checkpoint 1", tag, "umask 000 &&");
   INFO(r.output);
   REQUIRE(r.status == 0);
-  const fs::path dir = fs::temp_directory_path() / ("dtrain_security_" + tag) / "multirank_runs";
+  const fs::path dir = dtrain_test::scratch_directory("dtrain_security_" + tag) / "multirank_runs";
   int checked = 0, checkpoints = 0;
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
     INFO(e.path().string());
@@ -206,14 +207,12 @@ TEST_CASE("a run started under umask 000 leaves nothing world-writable", "[multi
   }
   CHECK(checked > 5);
   CHECK(checkpoints >= 1);
-  fs::remove_all(dir.parent_path());
 }
 
 TEST_CASE("under a launcher a rank with another run secret is refused with the fix and named by rank 0", "[multirank][security][secret]") {
   const auto tag = tag_of("s");
   const std::string port = dtrain_test::free_loopback_port();
-  const fs::path dir = fs::temp_directory_path() / ("dtrain_security_" + tag);
-  fs::create_directories(dir);
+  const fs::path dir = dtrain_test::scratch_directory("dtrain_security_" + tag);
   std::string cmd = "cd '" + dir.string() + "' && (";
   for (int r = 0; r < 2; ++r)
     cmd += "env RANK=" + std::to_string(r) + " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port +
