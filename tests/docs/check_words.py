@@ -37,7 +37,7 @@ UP_PATH = re.compile(r"(?<![\w./~-])((?:\.\./)+[\w.-]+(?:/[\w.-]+)*)")
 HOME_PATH = re.compile(r"(?<![\w.~-])(/(?:work|home|scratch|Users)/[\w.-]+(?:/[\w.-]*)*)")
 SOURCE_FILE = re.compile(r"\.(py|sh|md|hpp|cpp|h|txt|json|toml)$")
 UNIT = re.compile(r"\b(step|test)-seconds\b")
-LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|!\[[^\]]*\]\(([^)\s]+)\)")
+LINK = re.compile(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")  # a link's text may end on an earlier line
 REF_LINK = re.compile(r"^\s*\[[^\]]+\]:\s*(\S+)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 FENCE = re.compile(r"^\s*(```+|~~~+)")
@@ -167,7 +167,7 @@ def check_markdown(root, path):
         if in_code:
             continue
         prose = INLINE_CODE.sub(lambda c: " " * len(c.group(0)), line)
-        targets = [a or b for a, b in LINK.findall(prose)]
+        targets = LINK.findall(prose)
         r = REF_LINK.match(prose)
         if r:
             targets.append(r.group(1))
@@ -236,7 +236,8 @@ SAMPLES = {
 BAD = {
     "issue-number": ("docs/guide.md", "\nAs issue 27 asked, and Issue #5, and issues 51 and 52.\n", 3),
     "outside-path": ("docs/guide.md", "\nRun `../shared/peers/text_peer.py` from /work/wt/pkg.\n", 2),
-    "link": ("docs/guide.md", "\n[a](missing.md), [b](#no-such-heading), [c](../README.md#nowhere).\n", 3),
+    "link": ("docs/guide.md", "\n[a](missing.md), [b](#no-such-heading), [c](../README.md#nowhere), [a link\n"
+                      "over two lines](#a-heading-2).\n", 4),
     "unit": ("docs/guide.md", "\nIt took 12 test-seconds.\n", 1),
     "comment": ("include/dtrain/x.hpp", "// the stall of issue 15, after ../shared/x.py\nint y = 2;\n", 2),
 }
