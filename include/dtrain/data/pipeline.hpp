@@ -13,7 +13,10 @@
 // ds.random_state())` and `ck.load_object("pipeline", ds.random_state())`.
 //
 // A stage over a class (a model loaded once, then called on batches): `data::map_batches<C>(
-// StageOptions{.concurrency, .batch_size, .name}, args...)`, in stateful_stage.hpp.
+// StageOptions{.concurrency, .batch_size, .name}, args...)`, in stateful_stage.hpp. Its
+// constructor and calls draw from generators seeded from the pipeline's seed too (the stage's
+// place for the constructor, as above for the calls), never from LibTorch's default generator,
+// which the training step uses (stateful_stage.hpp).
 
 #include <cstdint>
 #include <functional>
@@ -112,8 +115,12 @@ struct PipelineRandom {
 
 namespace detail {
 
+// The stream of a map_batches<C> stage's constructors (the batches' streams are 0, 1, 2, ...).
+inline constexpr std::uint64_t kConstructStream = 0x636f6e7374727563ULL;
+
 // SplitMix64's finaliser: well-mixed seeds from (seed, epoch, index, stream).
 std::uint64_t mix(std::uint64_t x);
+std::uint64_t seed_for(std::uint64_t seed, std::int64_t epoch, std::int64_t index, std::uint64_t stream);
 at::Generator generator_for(std::uint64_t seed, std::int64_t epoch, std::int64_t index, std::uint64_t stream);
 
 template <class F, class X>
@@ -241,7 +248,10 @@ class Pipelined {
                     "before data::collate(...)");
       const auto& st = std::get<I>(p_.stages);
       if constexpr (std::is_same_v<stage, map_batches_stage<StatefulStage>>) {
-        return run_batch<I + 1>(st.f(std::move(b), rows, first), epoch, first, rows);
+        // Every instance's constructor: the stage's place alone (epoch -1, index I, its own stream).
+        const StatefulStage::Seeds seeds{.construct = detail::seed_for(random_.seed, -1, I, detail::kConstructStream),
+                                         .call = detail::seed_for(random_.seed, epoch, first, 1 + I)};
+        return run_batch<I + 1>(st.f(std::move(b), rows, first, seeds), epoch, first, rows);
       } else {
         auto g = detail::generator_for(random_.seed, epoch, first, 1 + I);
         return run_batch<I + 1>(Fields(detail::call(st.f, std::move(b), g)), epoch, first, rows);
