@@ -113,3 +113,30 @@ TEST_CASE("stage: a map_batches<C> stage's constructor and calls draw from its o
   // Another pipeline seed: another model and other noise.
   CHECK_FALSE(torch::equal(embeddings(encoder_pipeline(12, 0, 1))[0], alone[0]));
 }
+
+TEST_CASE("pipeline: a transform that draws without taking the generator draws from the sample's generator", "[data][generator][pipeline]") {
+  // map(f) and map_batches(g) with no at::Generator& argument, calling torch::rand all the same.
+  auto p = gd::map([](std::int64_t i) { return gd::Fields{{"v", torch::tensor(i) + torch::rand({})}}; }) |
+           gd::collate(gd::stack()) | gd::map_batches([](gd::Fields b) {
+             b.set("noise", torch::rand({b.size()}));
+             return b;
+           });
+  const auto on_loop = gd::pipelined(first_n(64), p, {.loader_threads = 0, .seed = 4});
+  const auto on_threads = gd::pipelined(first_n(64), p, {.loader_threads = 3, .seed = 4});
+  torch::manual_seed(2);
+  const auto before = default_state();
+  std::vector<gd::Fields> a, b;
+  for (const auto& x : gd::batches(on_loop, first_n(64), 8, 0, {}, 2)) a.push_back(x);
+  for (const auto& x : gd::batches(on_threads, first_n(64), 8, 0, {}, 2)) b.push_back(x);
+  CHECK(torch::equal(default_state(), before));
+  REQUIRE(a.size() == b.size());
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    CHECK(torch::equal(a[k]["v"], b[k]["v"]));
+    CHECK(torch::equal(a[k]["noise"], b[k]["noise"]));
+  }
+  // What a transform draws without the generator is what it draws with it.
+  auto with_g = gd::map([](std::int64_t i, at::Generator& g) { return gd::Fields{{"v", torch::tensor(i) + torch::rand({}, g)}}; }) |
+                gd::collate(gd::stack());
+  const auto explicit_g = gd::pipelined(first_n(64), with_g, {.loader_threads = 0, .seed = 4});
+  CHECK(torch::equal(explicit_g.get_batch(torch::arange(8), 2)["v"], a[0]["v"]));
+}

@@ -6,8 +6,10 @@
 //
 // Randomness: a transform that takes a second argument, `at::Generator&`, gets a generator of
 // its own per sample (and per batch, for map_batches), seeded from (the pipeline's seed, the epoch,
-// the sample's index). What a sample draws therefore depends neither on the thread that loads it,
-// nor on the batch it falls in, nor on how far a resumed epoch had got: any loader thread count
+// the sample's index); a random operator that a transform calls without a generator draws from
+// that generator too, never from LibTorch's default one, which the training step uses
+// (detail/generator_scope.hpp). What a sample draws therefore depends neither on the thread that
+// loads it, nor on the batch it falls in, nor on how far a resumed epoch had got: any loader thread count
 // gives the same batches, and a run killed mid-epoch and resumed draws what it would have drawn.
 // The seed is the pipeline's state for a checkpoint: `snapshot.with_object("pipeline",
 // ds.random_state())` and `ck.load_object("pipeline", ds.random_state())`.
@@ -35,6 +37,7 @@
 #include <dtrain/data/dataset.hpp>
 #include <dtrain/data/fields.hpp>
 #include <dtrain/data/stateful_stage.hpp>
+#include <dtrain/detail/generator_scope.hpp>
 #include <dtrain/error.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -123,8 +126,11 @@ std::uint64_t mix(std::uint64_t x);
 std::uint64_t seed_for(std::uint64_t seed, std::int64_t epoch, std::int64_t index, std::uint64_t stream);
 at::Generator generator_for(std::uint64_t seed, std::int64_t epoch, std::int64_t index, std::uint64_t stream);
 
+// f(x, g), or f(x): either way a random operator that f calls without a generator draws from g
+// too, not from the default generator the training step uses (detail/generator_scope.hpp).
 template <class F, class X>
 decltype(auto) call(F& f, X&& x, at::Generator& g) {
+  dtrain::detail::GeneratorScope own_generator(g);
   if constexpr (std::is_invocable_v<F&, X&&, at::Generator&>) return f(std::forward<X>(x), g);
   else return f(std::forward<X>(x));
 }
@@ -165,6 +171,7 @@ class Pipelined {
   Pipelined(Source source, pipeline<Stages...> p, PipelineOptions options = {})
       : source_(std::move(source)), p_(std::move(p)), threads_(options.loader_threads) {
     random_.seed = options.seed;
+    dtrain::detail::GeneratorScope::prepare();  // here, before any loader thread runs
     if (threads_ < 0)
       throw ConfigError("PipelineOptions::loader_threads must be 0 or more, got " + std::to_string(threads_));
   }

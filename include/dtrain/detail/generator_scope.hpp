@@ -10,8 +10,9 @@
 // from an uninterrupted one.
 //
 // How: a scope includes one dispatch key in this thread's dispatch state (c10's thread-local
-// included set). dtrain registers a boxed fallback on that key for every operator; it fills each
-// `Generator?` argument left empty with the scope's generator and redispatches below the key. The
+// included set). On that key dtrain registers, for every operator that takes a `Generator?`, a
+// boxed kernel that fills the argument, when left empty, with the scope's generator and
+// redispatches below the key; every other operator falls through (costs nothing). The
 // key is DispatchKey::DeferredInit, an out-of-tree key that LibTorch reserves for deferred module
 // initialisation (torchdistx) and does not use itself. So:
 // - The default generator is never read nor written by what runs in the scope: no swap of its
@@ -21,7 +22,9 @@
 //   each draw from their own generator.
 // - Operators on a CUDA tensor get a CUDA generator seeded alike (in a CUDA build).
 // What is not covered: torch::manual_seed() called inside the scope (it reseeds the default
-// generator, as it says); work the scope hands to other threads.
+// generator, as it says); work the scope hands to other threads; operators registered after the
+// first scope or prepare() (LibTorch's own are all registered by then).
+// Registering changes LibTorch's dispatch tables: prepare() does it, before loader threads start.
 
 #include <cstdint>
 
@@ -39,6 +42,9 @@ class GeneratorScope {
   /// Random operators on this thread draw from generators seeded with `seed` (one per device)
   /// until the scope ends. Scopes nest: the inner one wins until it ends.
   explicit GeneratorScope(std::uint64_t seed);
+  /// Random operators on the CPU draw from `cpu` itself (a CPU generator that this thread alone
+  /// uses meanwhile), those on a CUDA device from one seeded with its seed.
+  explicit GeneratorScope(at::Generator cpu);
   ~GeneratorScope();
   GeneratorScope(const GeneratorScope&) = delete;
   GeneratorScope& operator=(const GeneratorScope&) = delete;

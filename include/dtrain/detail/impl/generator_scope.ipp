@@ -2,8 +2,10 @@
 #pragma once
 // The bodies of generator_scope.hpp's functions (docs/packaging.md: header-only or compiled once).
 
+#include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -46,7 +48,7 @@ inline c10::Device device_of(const torch::jit::Stack& stack, std::size_t from) {
   return c10::Device(c10::kCPU);
 }
 
-// Every operator on a thread inside a scope passes here: empty `Generator?` arguments get the
+// Each random operator on a thread inside a scope passes here: empty `Generator?` arguments get the
 // scope's generator, then the operator runs as it would have below this key.
 inline void fill_generators(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
   const auto& args = op.schema().arguments();
@@ -59,18 +61,38 @@ inline void fill_generators(const c10::OperatorHandle& op, c10::DispatchKeySet k
   op.redispatchBoxed(keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kKey), stack);
 }
 
+inline bool takes_generator(const c10::FunctionSchema& schema) {
+  for (const auto& a : schema.arguments())
+    if (is_optional_generator(a.type())) return true;
+  return false;
+}
+
+// A fallthrough for every operator (a scope costs the others nothing: the dispatcher skips the key)
+// and fill_generators for each that takes a `Generator?` (LibTorch's random operators, those that
+// the composite ones such as randn or dropout call), once per process.
 inline void register_fallback() {
   static std::once_flag once;
   std::call_once(once, [] {
-    if (c10::Dispatcher::singleton().hasBackendFallbackForDispatchKey(kKey))
+    auto& dispatcher = c10::Dispatcher::singleton();
+    if (dispatcher.hasBackendFallbackForDispatchKey(kKey))
       throw Error(
           "dtrain: the dispatch key DeferredInit already has a fallback in this process (torchdistx's deferred "
           "initialisation, or a second copy of dtrain's code in another shared library): dtrain needs it to give "
           "pipeline stages generators of their own; link dtrain into one library of the program, and do not "
           "combine it with torchdistx");
-    // Never destroyed: the fallback stays registered until the process ends.
-    auto* library = new torch::Library(torch::Library::IMPL, "_", kKey, __FILE__, __LINE__);
-    library->fallback(torch::CppFunction::makeFromBoxedFunction<&fill_generators>());
+    // Never destroyed: the registrations stay until the process ends.
+    auto* all = new torch::Library(torch::Library::IMPL, "_", kKey, __FILE__, __LINE__);
+    all->fallback(torch::CppFunction::makeFallthrough());
+    std::map<std::string, torch::Library*> by_namespace;
+    for (const auto& name : dispatcher.getAllOpNames()) {
+      const auto op = dispatcher.findSchema(name);
+      const auto colons = name.name.find("::");
+      if (!op || colons == std::string::npos || !takes_generator(op->schema())) continue;
+      auto*& library = by_namespace[name.name.substr(0, colons)];
+      if (!library) library = new torch::Library(torch::Library::IMPL, name.name.substr(0, colons), kKey, __FILE__, __LINE__);
+      const auto full = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+      library->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&fill_generators>());
+    }
   });
 }
 
@@ -79,6 +101,14 @@ inline void register_fallback() {
 DTRAIN_INLINE GeneratorScope::GeneratorScope(std::uint64_t seed)
     : seed_((generator_scope_detail::register_fallback(), seed)),
       cpu_(at::detail::createCPUGenerator(seed)),
+      outer_(generator_scope_detail::current()),
+      include_(generator_scope_detail::kKey) {
+  generator_scope_detail::current() = this;
+}
+
+DTRAIN_INLINE GeneratorScope::GeneratorScope(at::Generator cpu)
+    : seed_((generator_scope_detail::register_fallback(), cpu.current_seed())),
+      cpu_(std::move(cpu)),
       outer_(generator_scope_detail::current()),
       include_(generator_scope_detail::kKey) {
   generator_scope_detail::current() = this;
