@@ -70,6 +70,26 @@ TEST_CASE("GeneratorScope: random operators draw from the scope's generator and 
     }
   }
   CHECK(torch::equal(default_state(), before));
+  // LibTorch's other random operators, and the composite ones that call them.
+  const auto draws = [] {
+    const auto p = torch::full({4}, 0.5);
+    std::vector<torch::Tensor> t{torch::multinomial(p, 2), torch::randperm(6), at::normal(p, 1.0), torch::bernoulli(p),
+                                 torch::poisson(p), torch::rand_like(p), torch::randint_like(p, 5), torch::randn({2}).exponential_(),
+                                 std::get<1>(torch::native_dropout(p, 0.5, true)), torch::nn::init::orthogonal_(torch::empty({3, 3})),
+                                 torch::nn::Dropout(0.5)->forward(torch::ones({6}))};
+    return t;
+  };
+  std::vector<torch::Tensor> once, again;
+  {
+    dtrain::detail::GeneratorScope scope(5);
+    once = draws();
+  }
+  {
+    dtrain::detail::GeneratorScope scope(5);
+    again = draws();
+  }
+  CHECK(torch::equal(default_state(), before));
+  for (std::size_t k = 0; k < once.size(); ++k) CHECK(torch::equal(once[k].to(torch::kFloat64), again[k].to(torch::kFloat64)));
   std::thread other([&] {  // another thread, the same seed: the same draws
     dtrain::detail::GeneratorScope scope(42);
     w2 = torch::nn::Linear(4, 3)->weight.detach().clone();

@@ -22,7 +22,10 @@
 //   each draw from their own generator.
 // - Operators on a CUDA tensor get a CUDA generator seeded alike (in a CUDA build).
 // What is not covered: torch::manual_seed() called inside the scope (it reseeds the default
-// generator, as it says); work the scope hands to other threads; operators registered after the
+// generator, as it says); work the scope hands to other threads; kernels that take no generator
+// and draw from the default one themselves (CUDA's fused dropout, native_dropout on a CUDA tensor:
+// a stage that trains a model with dropout on the GPU; on the CPU dropout calls bernoulli_, which is
+// covered); operators registered after the
 // first scope or prepare() (LibTorch's own are all registered by then).
 // Registering changes LibTorch's dispatch tables: prepare() does it, before loader threads start.
 
