@@ -86,6 +86,11 @@ function(dtrain_find_nccl error_var)
         endif()
       endforeach()
       if(missing)
+        list(LENGTH missing count)
+        if(count GREATER 8)
+          list(SUBLIST missing 0 8 missing)
+          list(APPEND missing "... (${count} in all)")
+        endif()
         list(JOIN missing ", " missing)
         string(CONCAT message
             "the NCCL found (${DTRAIN_NCCL_LIBRARY}) is not the one LibTorch was built with: LibTorch's "
