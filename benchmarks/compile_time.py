@@ -22,6 +22,8 @@ declarations and links libdtrain.a, which is built once and not timed) and `head
 ratios printed are a unit's CPU seconds over plain's (dtrain over torch's for `dtrain`). Each run
 records the other processes' share of the machine (benchmarks/idle.py): the script waits for a
 quiet machine first, and exits 3 after printing when a run was loaded (--allow-load: marked).
+It exits 4 when a ratio is over its ceiling (CEILINGS: the quickstart at most 1.5x the plain
+program compiled and 3.5x header-only, with g++).
 """
 import argparse
 import json
@@ -43,6 +45,9 @@ UNITS = {
     "dtrain": "benchmarks/compile/dtrain_include.cpp",
 }
 REFERENCE = {"dtrain": "torch"}  # the unit each one is divided by; plain for the others
+# The ceilings a change must not cross (exit 4 when one does): the quickstart's CPU seconds over the
+# plain program's, with g++ (docs/benchmarks.md, "Compile time").
+CEILINGS = {("g++", "compiled", "quickstart"): 1.5, ("g++", "header-only", "quickstart"): 3.5}
 
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--compilers", default="g++,clang++-14")
@@ -131,4 +136,12 @@ record = {"time": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "repeats": args.repeats
 if args.json:
     with open(args.json, "w") as f:
         json.dump(record, f, indent=2)
+over = [f"{compiler} {mode} {unit}: {units[unit]['ratio']:.2f}x {units[unit]['ratio_to']}, over its ceiling {ceiling}x"
+        for row in results for (compiler, mode, unit), ceiling in CEILINGS.items()
+        if os.path.basename(row["compiler"]) == compiler and row["mode"] == mode
+        for units in [row["units"]] if unit in units and units[unit].get("ratio", 0) > ceiling]
+for line in over:
+    print(line, file=sys.stderr)
 idle.refuse(record["load"], args.allow_load)
+if over:
+    sys.exit(4)

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fashion-MNIST on N workers: the models, optimiser, batch and flags of the PyTorch DDP peer
-// (../shared/peers/torch_ddp_peer.py), ending with one JSON line of the peer's keys.
+// (torch_ddp_peer.py, Python DDP over Gloo; benchmarks/vs_peer.py runs both), ending with one
+// JSON line of the peer's keys.
 //
 //   fashion_mnist --workers 2 --model cnn --epochs 1
 //

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The Fashion-MNIST example's two models, the ones the PyTorch peer defines layer for layer
-// (../shared/peers/torch_ddp_peer.py). Shared with benchmarks/torch_floor.cpp, whose startup floor
-// runs the same first step without dtrain.
+// (torch_ddp_peer.py, Python DDP over Gloo). Shared with benchmarks/torch_floor.cpp, whose startup
+// floor runs the same first step without dtrain.
 #include <string>
 
 #include <nlohmann/json.hpp>

@@ -5,7 +5,8 @@
 // schedules, the built-in datasets (FashionMnist, TensorDataset) and the classification metrics.
 // The other areas have umbrellas of their own, so that a program parses only what it uses:
 // <dtrain/data.hpp> (files, pipelines, preprocessors, tokenizers), <dtrain/models.hpp> (BERT, ViT,
-// ResNet, weights files), <dtrain/inference.hpp> (Predictor, batch_predict, validation),
+// CLIP, ResNet, the decoders Llama, Mistral, Qwen2 and GPT-2, LoRA, weights files),
+// <dtrain/inference.hpp> (Predictor, batch_predict, validation),
 // <dtrain/tune.hpp> (hyperparameter search), and <dtrain/all.hpp> all of them.
 
 #include <dtrain/version.hpp>

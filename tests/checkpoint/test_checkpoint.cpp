@@ -102,7 +102,7 @@ Run reference(const Sandbox& box) {
 
 }  // namespace
 
-TEST_CASE("a worker killed by SIGKILL mid-epoch is restarted and ends bitwise equal to an uninterrupted run") {
+TEST_CASE("a worker killed by SIGKILL mid-epoch is restarted and ends bitwise equal to an uninterrupted run", "[compat]") {
   Sandbox box;
   const auto ref = reference(box);
   // Step 23: after checkpoint 4 (step 20), not on a checkpoint step; step 37: in the second epoch.
@@ -243,7 +243,7 @@ TEST_CASE("retention keeps num_to_keep by score, plus the latest and the best") 
         std::set<std::string>{"checkpoint_000006", "checkpoint_000007", "checkpoint_000008"});
 }
 
-TEST_CASE("a checkpoint's model state loads in Python's torch.load with equal tensors") {
+TEST_CASE("a checkpoint's model state loads in Python's torch.load with equal tensors", "[compat]") {
   Sandbox box;
   reference(box);
   auto latest = dtrain::checkpointer::Checkpoint::open(box.run("ref") / "checkpoint_000008");

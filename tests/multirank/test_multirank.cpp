@@ -86,7 +86,7 @@ using dtrain_test::load_params;
 
 }  // namespace
 
-TEST_CASE("2 workers give the parameters of 1 worker on the same samples", "[multirank][ddp]") {
+TEST_CASE("2 workers give the parameters of 1 worker on the same samples", "[multirank][ddp][quick]") {
   const auto tag = unique_tag();
   const fs::path one = scratch(tag) / (tag + "_1.pt"), two = scratch(tag) / (tag + "_2.pt");
   auto r1 = scenario("equivalence --workers 1 --batch 32 --steps 6 --out " + one.string(), tag);
@@ -358,7 +358,7 @@ std::string latest_of(const std::string& out) {
 }
 }  // namespace
 
-TEST_CASE("fsdp<> trains to the parameters ddp<> gives within 1e-5 relative", "[multirank][fsdp]") {
+TEST_CASE("fsdp<> trains to the parameters ddp<> gives within 1e-5 relative", "[multirank][fsdp][quick]") {
   const auto tag = unique_tag();
   const auto tmp = scratch(tag);
   // Adam (state per shard), BatchNorm buffers, 8 steps; --accumulate adds no_sync micro-batches.
@@ -452,7 +452,7 @@ TEST_CASE("fsdp<> holds at most 0.6x ddp<>'s model state on 2 workers and 0.35x 
   CHECK(metric(four.output, "faults_per_step") < metric(ddp.output, "faults_per_step") + 0.2 * pages_of_one_copy);
 }
 
-TEST_CASE("a ddp<> checkpoint loads into fsdp<> and back and fsdp<> resumes from its sharded optimizer state", "[multirank][fsdp][checkpoint]") {
+TEST_CASE("a ddp<> checkpoint loads into fsdp<> and back and fsdp<> resumes from its sharded optimizer state", "[multirank][fsdp][checkpoint][compat]") {
   const auto tag = unique_tag();
   const auto tmp = scratch(tag);
   // Each run its own storage: a run directory with checkpoints would be resumed from.

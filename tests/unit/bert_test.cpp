@@ -345,7 +345,7 @@ TEST_CASE("bert_pooled_skips_padding_with_forwards_result_and_gradients", "[nn]"
             .abs().max().item<double>() == 0);
 }
 
-TEST_CASE("bert_matches_transformers", "[nn][python]") {
+TEST_CASE("bert_matches_transformers", "[nn][python][compat]") {
   Dir dir;
   const auto minilm = minilm_dir();
   const auto config = nn::BertConfig::from_pretrained(minilm);

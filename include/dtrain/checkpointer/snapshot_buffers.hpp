@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// The memory a checkpoint's snapshot is copied into on the training thread (issue 15's stall).
+// The memory a checkpoint's snapshot is copied into on the training thread, where
+// copying into fresh memory stalled the training loop (docs/checkpoints.md).
 //
 // ctx.checkpoint() copies the model and (for a torch optimizer) hands the optimizer copies of its
 // state, hundreds of MB for a large model. Copied into freshly allocated memory, most of that time

@@ -97,7 +97,8 @@ checkpointer::Snapshot Context<Policies>::checkpoint(const Module& model, Optimi
   checkpoints_.wait();
   checkpointer::Snapshot s;
   // A strategy that keeps the model whole (ddp<>): rank 0 copies it into the previous snapshot's
-  // buffers, memory already faulted in, once that write is done (issue 15's stall).
+  // buffers, memory already faulted in, once that write is done, so the copy does not
+  // stall the training thread on fresh memory.
   s.model = model_state(model, &core_.snapshot_buffers);
   s.has_model = world_rank() == 0;
   if constexpr (strategy_ops::shards_optimizer) {
@@ -105,7 +106,8 @@ checkpointer::Snapshot Context<Policies>::checkpoint(const Module& model, Optimi
     s.optimizer = checkpointer::detail::optimizer_bytes(optimizer);
     s.sharded_optimizer = true;
   } else if (world_rank() == 0) {
-    // A torch optimizer's state is copied here and serialized by the writer (issue 15's stall):
+    // A torch optimizer's state is copied here and serialized by the writer (no stall of the
+    // training thread on the serialization):
     // the archive and Python's dict keep the tensors of this moment, the optimizer goes on with
     // copies of them.
     if constexpr (std::is_base_of_v<torch::optim::Optimizer, Optimizer>) {

@@ -92,7 +92,8 @@ class StandardScaler {
 /// A word-level tokenizer: the text lower-cased, split into runs of [a-z0-9] (Python's
 /// re.findall(r"[a-z0-9]+", text.lower())), cut to `max_len` tokens; the vocabulary is the
 /// `max_words` most frequent training tokens, ties broken by the word, after <pad> = 0 and <unk> = 1.
-/// Exactly the tokenizer of ../shared/peers/text_peer.py.
+/// Exactly the tokenizer of the Python text peer that benchmarks/vs_text_peer.py runs beside
+/// examples/text_classifier.
 class WordVocabulary : public detail::encodings<WordVocabulary> {
  public:
   static constexpr std::int64_t pad_id = 0, unk_id = 1;

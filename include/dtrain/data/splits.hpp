@@ -3,7 +3,7 @@
 // Seeded train / validation / test splits (random, and stratified by label), and data::Subset,
 // a source or dataset restricted to some of its indices. The shuffles are Python's
 // random.Random(seed).shuffle, draw for draw, so a split equals the one a Python script (such as
-// ../shared/peers/text_peer.py) makes with the same seed.
+// the text peer that benchmarks/vs_text_peer.py runs) makes with the same seed.
 
 #include <algorithm>
 #include <cfenv>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// Gloo's data connections accept only the group's hosts (issue 33). Gloo's TCP transport takes
+// Gloo's data connections accept only the group's hosts (docs/security.md). Gloo's TCP transport takes
 // whoever connects first to a listening socket as the peer: LibTorch 1.13's Gloo opens one listener
 // per pair and accepts a single connection on it, 2.x's opens one per device and matches a sequence
 // number the client sends. A stranger who finds the port (a scan) takes the pair or fails the
