@@ -16,6 +16,7 @@
 #include <dtrain/detail/impl/shm_allreduce.ipp>
 #include <dtrain/detail/impl/torch_compat.ipp>
 #include <dtrain/detail/impl/type_name.ipp>
+#include <dtrain/detail/impl/generator_scope.ipp>
 #include <dtrain/detail/impl/torch_pickle.ipp>
 #include <dtrain/launch/impl/elastic.ipp>
 #include <dtrain/launch/impl/environment.ipp>

@@ -11,6 +11,10 @@
 //       map_batches with the batch's), checkpointing every E steps; with --kill-step, rank 1 is
 //       SIGKILLed at step S on the first attempt and the group resumes (max_failures 1). Rank 0
 //       saves the final parameters to FILE.
+//   data_scenarios stage --workers N --loader-threads T --concurrency C --steps K --every E [--kill-step S] --out FILE
+//       the same, through a pipeline whose map_batches<Embedder> stage builds a model in its
+//       constructor (random initialisation, slowly, while the loop trains) and adds noise in its
+//       calls, before a trained head with dropout.
 
 #include <dtrain/data/collate.hpp>
 #include <dtrain/data/fields.hpp>
@@ -20,11 +24,14 @@
 #include <dtrain/inference.hpp>
 #include <dtrain/evaluation/validation.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <csignal>
 #include <iomanip>
 #include <iostream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include <torch/torch.h>
 
@@ -34,12 +41,12 @@ namespace {
 
 struct Args {
   std::string scenario, strategy = "ddp", out, storage = "data_runs";
-  int workers = 2, loader_threads = 2, steps = 12, every = 4, kill_step = -1;
+  int workers = 2, loader_threads = 2, steps = 12, every = 4, kill_step = -1, concurrency = 1;
 };
 
 Args parse(int argc, char** argv) {
   Args a;
-  if (argc < 2) throw std::invalid_argument("usage: data_scenarios validate|pipeline [--flag value]...");
+  if (argc < 2) throw std::invalid_argument("usage: data_scenarios validate|pipeline|stage [--flag value]...");
   a.scenario = argv[1];
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string f = argv[i], v = argv[i + 1];
@@ -49,6 +56,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--steps") a.steps = std::stoi(v);
     else if (f == "--every") a.every = std::stoi(v);
     else if (f == "--kill-step") a.kill_step = std::stoi(v);
+    else if (f == "--concurrency") a.concurrency = std::stoi(v);
     else if (f == "--out") a.out = v;
     else if (f == "--storage") a.storage = v;
     else if (f == "--tag") {}  // marks the processes for the orphan checks
@@ -156,17 +164,60 @@ auto random_pipeline(int threads) {
            });
   return dd::pipelined(Integers{}, std::move(p), {.loader_threads = threads, .seed = 5});
 }
-using PipelineData = decltype(random_pipeline(0));
-using PipelineTrainer = d::Trainer<Bag, PipelineData, d::checkpointer::directory<false>>;
 
-int pipeline(const Args& a) {
-  PipelineTrainer trainer({.num_workers = a.workers},
-                          {.storage_path = a.storage, .name = "pipeline",
-                           .failure = {.max_failures = a.kill_step >= 0 ? 1 : 0}, .seed = 3});
-  auto data = random_pipeline(a.loader_threads);
+// The stage scenario: a bag of the token ids through a model built by the stage (its constructor
+// draws the model's initialisation; instance k starts building k * 150 ms late, a layer every 10 ms,
+// so that a second instance is built while the loop trains), then a head with dropout.
+struct Embedder {
+  torch::nn::Sequential net;
+  explicit Embedder(int layers) {
+    static std::atomic<int> built{0};
+    std::this_thread::sleep_for(std::chrono::milliseconds(150 * built++));
+    net->push_back(torch::nn::Linear(kVocab, 16));
+    for (int k = 0; k < layers; ++k) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      net->push_back(torch::nn::Linear(16, 16));
+      net->push_back(torch::nn::Tanh());
+    }
+  }
+  d::data::Fields operator()(d::data::Fields b) {
+    const auto ids = b["ids"], mask = b["mask"].to(torch::kFloat32);
+    const auto bag = torch::zeros({ids.size(0), kVocab}).scatter_add_(1, ids, mask);
+    const auto features = net->forward(bag);
+    b.set("features", features + 0.01 * torch::randn(features.sizes()));
+    return b;
+  }
+};
+
+auto stage_pipeline(int threads, int concurrency) {
+  namespace dd = d::data;
+  auto p = dd::map([](std::int64_t i) { return Tokens::sample(i); }) | dd::collate(dd::pad_to_longest("ids", 0, "mask")) |
+           dd::map_batches<Embedder>({.concurrency = concurrency, .name = "embedder"}, 12);
+  return dd::pipelined(Integers{}, std::move(p), {.loader_threads = threads, .seed = 5});
+}
+using StageData = decltype(stage_pipeline(0, 1));
+
+struct HeadImpl : torch::nn::Module {
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  torch::nn::Dropout drop{nullptr};
+  HeadImpl() {
+    fc1 = register_module("fc1", torch::nn::Linear(16, 32));
+    drop = register_module("drop", torch::nn::Dropout(0.3));
+    fc2 = register_module("fc2", torch::nn::Linear(32, kClasses));
+  }
+  torch::Tensor forward(const torch::Tensor& features) { return fc2->forward(drop->forward(torch::relu(fc1->forward(features)))); }
+};
+TORCH_MODULE(Head);
+
+// Trains through `data` (kill-and-resume as the header says); Rank 0 saves the final parameters.
+template <class Model, class Data, class Forward>
+int train_through(const Args& a, const std::string& name, Data& data, Forward forward) {
+  d::Trainer<Model, Data, d::checkpointer::directory<false>> trainer(
+      {.num_workers = a.workers},
+      {.storage_path = a.storage, .name = name, .failure = {.max_failures = a.kill_step >= 0 ? 1 : 0}, .seed = 3});
   auto result = trainer.fit([&](auto& ctx) {
     torch::manual_seed(1);
-    auto model = ctx.prepare_model(Bag());
+    auto model = ctx.prepare_model(Model());
     torch::optim::SGD sgd(ctx.parameters(model), 0.1);
     if (auto ck = ctx.get_checkpoint()) {
       ctx.restore(*ck, model, sgd);
@@ -179,7 +230,7 @@ int pipeline(const Args& a) {
         if (ctx.steps() == a.steps) break;
         if (ctx.world_rank() == 1 && ctx.steps() == a.kill_step && ctx.attempt() == 0) std::raise(SIGKILL);
         sgd.zero_grad();
-        const auto loss = torch::nn::functional::cross_entropy(ctx.forward(model, b["ids"], b["mask"]), b["label"]);
+        const auto loss = torch::nn::functional::cross_entropy(forward(ctx, model, b), b["label"]);
         ctx.backward(loss);
         ctx.step(sgd);
         if (ctx.steps() % a.every == 0)
@@ -198,6 +249,17 @@ int pipeline(const Args& a) {
   return 0;
 }
 
+int pipeline(const Args& a) {
+  auto data = random_pipeline(a.loader_threads);
+  return train_through<Bag>(a, "pipeline", data,
+                            [](auto& ctx, auto& model, const auto& b) { return ctx.forward(model, b["ids"], b["mask"]); });
+}
+
+int stage(const Args& a) {
+  auto data = stage_pipeline(a.loader_threads, a.concurrency);
+  return train_through<Head>(a, "stage", data, [](auto& ctx, auto& model, const auto& b) { return ctx.forward(model, b["features"]); });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -205,6 +267,7 @@ int main(int argc, char** argv) try {
   if (a.scenario == "validate")
     return a.strategy == "fsdp" ? validate<d::strategy::fsdp<>>(a) : validate<d::strategy::ddp<>>(a);
   if (a.scenario == "pipeline") return pipeline(a);
+  if (a.scenario == "stage") return stage(a);
   throw std::invalid_argument("unknown scenario " + a.scenario);
 } catch (const std::exception& e) {
   std::cerr << "data_scenarios: " << e.what() << std::endl;

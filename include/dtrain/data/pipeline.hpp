@@ -6,14 +6,19 @@
 //
 // Randomness: a transform that takes a second argument, `at::Generator&`, gets a generator of
 // its own per sample (and per batch, for map_batches), seeded from (the pipeline's seed, the epoch,
-// the sample's index). What a sample draws therefore depends neither on the thread that loads it,
-// nor on the batch it falls in, nor on how far a resumed epoch had got: any loader thread count
+// the sample's index); a random operator that a transform calls without a generator draws from
+// that generator too, never from LibTorch's default one, which the training step uses
+// (detail/generator_scope.hpp). What a sample draws therefore depends neither on the thread that
+// loads it, nor on the batch it falls in, nor on how far a resumed epoch had got: any loader thread count
 // gives the same batches, and a run killed mid-epoch and resumed draws what it would have drawn.
 // The seed is the pipeline's state for a checkpoint: `snapshot.with_object("pipeline",
 // ds.random_state())` and `ck.load_object("pipeline", ds.random_state())`.
 //
 // A stage over a class (a model loaded once, then called on batches): `data::map_batches<C>(
-// StageOptions{.concurrency, .batch_size, .name}, args...)`, in stateful_stage.hpp.
+// StageOptions{.concurrency, .batch_size, .name}, args...)`, in stateful_stage.hpp. Its
+// constructor and calls draw from generators seeded from the pipeline's seed too (the stage's
+// place for the constructor, as above for the calls), never from LibTorch's default generator,
+// which the training step uses (stateful_stage.hpp).
 
 #include <cstdint>
 #include <functional>
@@ -32,6 +37,7 @@
 #include <dtrain/data/dataset.hpp>
 #include <dtrain/data/fields.hpp>
 #include <dtrain/data/stateful_stage.hpp>
+#include <dtrain/detail/generator_scope.hpp>
 #include <dtrain/error.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -112,12 +118,19 @@ struct PipelineRandom {
 
 namespace detail {
 
+// The stream of a map_batches<C> stage's constructors (the batches' streams are 0, 1, 2, ...).
+inline constexpr std::uint64_t kConstructStream = 0x636f6e7374727563ULL;
+
 // SplitMix64's finaliser: well-mixed seeds from (seed, epoch, index, stream).
 std::uint64_t mix(std::uint64_t x);
+std::uint64_t seed_for(std::uint64_t seed, std::int64_t epoch, std::int64_t index, std::uint64_t stream);
 at::Generator generator_for(std::uint64_t seed, std::int64_t epoch, std::int64_t index, std::uint64_t stream);
 
+// f(x, g), or f(x): either way a random operator that f calls without a generator draws from g
+// too, not from the default generator the training step uses (detail/generator_scope.hpp).
 template <class F, class X>
 decltype(auto) call(F& f, X&& x, at::Generator& g) {
+  dtrain::detail::GeneratorScope own_generator(g);
   if constexpr (std::is_invocable_v<F&, X&&, at::Generator&>) return f(std::forward<X>(x), g);
   else return f(std::forward<X>(x));
 }
@@ -158,6 +171,7 @@ class Pipelined {
   Pipelined(Source source, pipeline<Stages...> p, PipelineOptions options = {})
       : source_(std::move(source)), p_(std::move(p)), threads_(options.loader_threads) {
     random_.seed = options.seed;
+    dtrain::detail::GeneratorScope::prepare();  // here, before any loader thread runs
     if (threads_ < 0)
       throw ConfigError("PipelineOptions::loader_threads must be 0 or more, got " + std::to_string(threads_));
   }
@@ -241,7 +255,10 @@ class Pipelined {
                     "before data::collate(...)");
       const auto& st = std::get<I>(p_.stages);
       if constexpr (std::is_same_v<stage, map_batches_stage<StatefulStage>>) {
-        return run_batch<I + 1>(st.f(std::move(b), rows, first), epoch, first, rows);
+        // Every instance's constructor: the stage's place alone (epoch -1, index I, its own stream).
+        const StatefulStage::Seeds seeds{.construct = detail::seed_for(random_.seed, -1, I, detail::kConstructStream),
+                                         .call = detail::seed_for(random_.seed, epoch, first, 1 + I)};
+        return run_batch<I + 1>(st.f(std::move(b), rows, first, seeds), epoch, first, rows);
       } else {
         auto g = detail::generator_for(random_.seed, epoch, first, 1 + I);
         return run_batch<I + 1>(Fields(detail::call(st.f, std::move(b), g)), epoch, first, rows);

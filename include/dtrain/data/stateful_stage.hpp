@@ -25,6 +25,12 @@
 //   through untouched are not copied.
 // - Device: the instance runs where its arguments put it: pass a torch::Device (ctx.device() when
 //   the pipeline is built inside the train loop) and move the model and the batch there.
+// - Randomness: a constructor and a call draw from generators of their own, never from LibTorch's
+//   default generator, which the training step's dropout draws from on another thread at the same
+//   time (detail/generator_scope.hpp says how). Every instance's constructor draws from a generator
+//   seeded with the pipeline's seed and the stage's place in it, so all instances of a stage are
+//   equal, whichever thread builds them and whenever, in a first run as after a restart; a call
+//   draws from one seeded with (the pipeline's seed, the epoch, the batch's first sample, the stage).
 // - Errors: an exception from the constructor or a call is rethrown as DataError naming the stage
 //   (StageOptions::name, default the class's name), the rows (the samples' indices) and the
 //   original message. A constructor that threw is not run again: every later batch rethrows its
@@ -99,9 +105,16 @@ class StatefulStage {
     }
   }
 
+  /// The seeds of a stage's generators (see the header's comment): its instances' constructors'
+  /// and this batch's calls'.
+  struct Seeds {
+    std::uint64_t construct = 0;
+    std::uint64_t call = 0;
+  };
+
   /// The stage run on `batch`, whose rows are the samples `rows` (their indices in the source;
   /// when an earlier stage changed the row count, `first` alone: the batch's first sample).
-  Fields operator()(Fields batch, const std::vector<std::int64_t>& rows, std::int64_t first) const;
+  Fields operator()(Fields batch, const std::vector<std::int64_t>& rows, std::int64_t first, Seeds seeds) const;
 
   const StageOptions& options() const;
   /// The instances constructed so far (at most options().concurrency).
@@ -122,9 +135,10 @@ class StagePool {
   /// Describes the rows of a batch or chunk for an error message; called only when one is thrown.
   using Rows = std::function<std::string()>;
 
-  /// An idle instance, or a new one while fewer than `concurrency` exist, or the next one freed.
-  /// `rows` describes the batch, for the constructor's error.
-  void* acquire(const Rows& rows);
+  /// An idle instance, or a new one (constructed under a generator seeded with `construct_seed`)
+  /// while fewer than `concurrency` exist, or the next one freed. `rows` describes the batch, for
+  /// the constructor's error.
+  void* acquire(const Rows& rows, std::uint64_t construct_seed);
   void release(void* instance);
   /// One call under InferenceMode; an exception becomes a DataError naming the stage and `rows`.
   Fields call(void* instance, Fields chunk, const Rows& rows) const;

@@ -22,9 +22,12 @@ DTRAIN_INLINE std::uint64_t mix(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
+DTRAIN_INLINE std::uint64_t seed_for(std::uint64_t seed, std::int64_t epoch, std::int64_t index, std::uint64_t stream) {
+  return mix(mix(mix(seed ^ stream) + static_cast<std::uint64_t>(epoch)) + static_cast<std::uint64_t>(index));
+}
+
 DTRAIN_INLINE at::Generator generator_for(std::uint64_t seed, std::int64_t epoch, std::int64_t index, std::uint64_t stream) {
-  const auto s = mix(mix(mix(seed ^ stream) + static_cast<std::uint64_t>(epoch)) + static_cast<std::uint64_t>(index));
-  return at::detail::createCPUGenerator(s);
+  return at::detail::createCPUGenerator(seed_for(seed, epoch, index, stream));
 }
 }  // namespace detail
 }  // namespace data

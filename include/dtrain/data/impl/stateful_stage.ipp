@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include <dtrain/data/stateful_stage.hpp>
+#include <dtrain/detail/generator_scope.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
 namespace data {
@@ -25,7 +26,7 @@ DTRAIN_INLINE std::string describe_rows(const std::vector<std::int64_t>& rows, s
   return out;
 }
 
-DTRAIN_INLINE void* StagePool::acquire(const Rows& rows) {
+DTRAIN_INLINE void* StagePool::acquire(const Rows& rows, std::uint64_t construct_seed) {
   std::unique_lock lock(mutex_);
   for (;;) {
     if (failed_) std::rethrow_exception(failed_);
@@ -42,6 +43,7 @@ DTRAIN_INLINE void* StagePool::acquire(const Rows& rows) {
   std::shared_ptr<void> made;
   std::exception_ptr error;
   try {
+    dtrain::detail::GeneratorScope own_generator(construct_seed);
     made = make_();
   } catch (const std::exception& e) {
     error = std::make_exception_ptr(DataError("map_batches stage \"" + options_.name + "\": its constructor threw (building an instance for " +
@@ -100,12 +102,14 @@ DTRAIN_INLINE StatefulStage::StatefulStage(StageOptions options, const std::stri
     throw ConfigError("map_batches stage \"" + options.name + "\": StageOptions::batch_size must be 0 (the whole batch) or more, got " +
                       std::to_string(options.batch_size));
   pool_ = std::make_shared<detail::StagePool>(std::move(options), std::move(make), std::move(call));
+  dtrain::detail::GeneratorScope::prepare();  // here, usually before any loader thread runs
 }
 
 DTRAIN_INLINE const StageOptions& StatefulStage::options() const { return pool_->options(); }
 DTRAIN_INLINE std::size_t StatefulStage::instances() const { return pool_->instances(); }
 
-DTRAIN_INLINE Fields StatefulStage::operator()(Fields batch, const std::vector<std::int64_t>& rows, std::int64_t first) const {
+DTRAIN_INLINE Fields StatefulStage::operator()(Fields batch, const std::vector<std::int64_t>& rows, std::int64_t first,
+                                               Seeds seeds) const {
   auto& pool = *pool_;
   const auto& name = pool.options().name;
   const auto n = batch.size();
@@ -117,13 +121,15 @@ DTRAIN_INLINE Fields StatefulStage::operator()(Fields batch, const std::vector<s
                                  known.empty() ? first : known[static_cast<std::size_t>(from)]);
   };
 
-  void* instance = pool.acquire([&] { return describe(0, n); });
+  void* instance = pool.acquire([&] { return describe(0, n); }, seeds.construct);
   struct Release {
     detail::StagePool& pool;
     void* instance;
     ~Release() { pool.release(instance); }
   } release{pool, instance};
 
+  // The batch's calls draw from their own generator, in order on this thread (see the header).
+  dtrain::detail::GeneratorScope own_generator(seeds.call);
   std::vector<Fields> outs;
   if (n <= per) {
     outs.push_back(pool.call(instance, std::move(batch), [&] { return describe(0, n); }));
