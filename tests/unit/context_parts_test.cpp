@@ -146,6 +146,22 @@ TEST_CASE("EpochCursor: a batch the loop breaks out on before training it is not
   CHECK(c.position() == 101);
 }
 
+TEST_CASE("EpochCursor: a loop that trains with a plain backward and step keeps its first shard's position", "[context][cursor]") {
+  // No ctx.backward or ctx.step names the training shard: the epoch's first is taken for it, so an
+  // evaluation after it moves nothing (taking a batch finishes the ones before it).
+  d::sampler::EpochCursor c;
+  c.begin_epoch(1);
+  const auto train = c.open(640);
+  c.begin_shard(train, 10);
+  for (std::int64_t b = 0; b < 10; ++b) c.reached(train, b);
+  const auto eval = c.open(64);
+  c.begin_shard(eval, 2);
+  c.reached(eval, 0);
+  CHECK(c.position() == 9);
+  CHECK(c.resume_samples() == 640);
+  CHECK(c.resume_point() == std::pair<std::int64_t, std::int64_t>{1, 9});
+}
+
 TEST_CASE("EpochCursor: ctx.end_epoch() makes a checkpoint resume at the next epoch", "[context][cursor]") {
   d::sampler::EpochCursor c;
   c.begin_epoch(4);

@@ -20,7 +20,9 @@ namespace sampler {
 /// The training shard of an epoch is the shard whose batch is in hand (the one handed out last)
 /// when the loop calls ctx.backward or ctx.step; a checkpoint saves its position, and the size of
 /// its split, whatever other shards (an evaluation, a prediction) the loop iterated since. Before
-/// the loop trains in an epoch a checkpoint saves the epoch's start, or the resumed position.
+/// the loop trains in an epoch a checkpoint saves the epoch's start, or the resumed position. A
+/// loop that trains without them (a plain `loss.backward()` and `opt.step()`) never names one: its
+/// training shard is the resumed one, else the epoch's first (a loop that trains, then evaluates).
 ///
 /// A batch handed to the loop counts as finished once the loop trains on it (ctx.backward or
 /// ctx.step while it is in hand) or takes the next one of the same shard; a batch the loop
@@ -94,7 +96,8 @@ class EpochCursor {
   };
   Shard* find(std::int64_t id);
   const Shard* find(std::int64_t id) const { return const_cast<EpochCursor*>(this)->find(id); }
-  /// The training shard, else the one the resumed position went to; nullptr before either.
+  /// The training shard, else the one the resumed position went to, else the epoch's first;
+  /// nullptr before any.
   const Shard* main() const;
   bool pending() const { return skip_pending_ && epoch_ == first_epoch_; }
   bool at_end(const Shard& s) const { return ended_ || (s.batches > 0 && s.position >= s.batches); }
@@ -102,9 +105,10 @@ class EpochCursor {
   std::int64_t first_epoch_ = 0, epoch_ = 0;
   std::int64_t resume_position_ = 0, resume_offset_ = -1, resume_samples_ = -1;  // offsets: all ranks' samples
   bool redeal_ = false, skip_pending_ = false, ended_ = false;
+  bool named_ = false;  // the loop has named a training shard (ctx.backward or ctx.step) in this run
   bool check_resume_ = false;  // the resumed epoch has not trained yet: check where its position went
   std::vector<Shard> shards_;  // this epoch's, the latest few and the training one
-  std::int64_t next_id_ = 0, training_ = -1, resumed_ = -1, in_hand_ = -1;  // shard ids
+  std::int64_t next_id_ = 0, training_ = -1, resumed_ = -1, in_hand_ = -1, first_ = -1;  // shard ids
 };
 
 }  // namespace sampler

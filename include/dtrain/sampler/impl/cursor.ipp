@@ -19,7 +19,7 @@ DTRAIN_INLINE void EpochCursor::resume(std::int64_t epoch, std::int64_t position
   redeal_ = redeal;
   check_resume_ = skip_pending_ = position > 0 || offset > 0;
   shards_.clear();
-  training_ = resumed_ = in_hand_ = -1;
+  training_ = resumed_ = in_hand_ = first_ = -1;
 }
 
 DTRAIN_INLINE EpochCursor::Shard* EpochCursor::find(std::int64_t id) {
@@ -31,7 +31,8 @@ DTRAIN_INLINE EpochCursor::Shard* EpochCursor::find(std::int64_t id) {
 
 DTRAIN_INLINE const EpochCursor::Shard* EpochCursor::main() const {
   if (const auto* t = find(training_)) return t;
-  return find(resumed_);
+  if (const auto* r = find(resumed_)) return r;
+  return named_ || pending() ? nullptr : find(first_);
 }
 
 DTRAIN_INLINE std::int64_t EpochCursor::open(std::int64_t samples) {
@@ -40,7 +41,7 @@ DTRAIN_INLINE std::int64_t EpochCursor::open(std::int64_t samples) {
   constexpr std::size_t kept = 8;
   while (shards_.size() >= kept) {
     const auto old = std::find_if(shards_.begin(), shards_.end(), [this](const Shard& s) {
-      return s.id != training_ && s.id != resumed_ && s.id != in_hand_;
+      return s.id != training_ && s.id != resumed_ && s.id != in_hand_ && s.id != first_;
     });
     if (old == shards_.end()) break;
     shards_.erase(old);
@@ -48,6 +49,7 @@ DTRAIN_INLINE std::int64_t EpochCursor::open(std::int64_t samples) {
   Shard s;
   s.id = next_id_++;
   s.samples = samples;
+  if (first_ < 0) first_ = s.id;
   if (pending() && (resume_samples_ < 0 || resume_samples_ == samples)) {
     s.resumed = true;
     s.position = resume_position_;
@@ -82,7 +84,7 @@ DTRAIN_INLINE void EpochCursor::begin_epoch(std::int64_t e) {
   epoch_ = e;
   ended_ = false;
   shards_.clear();
-  training_ = resumed_ = in_hand_ = -1;
+  training_ = resumed_ = in_hand_ = first_ = -1;
   if (e != first_epoch_) skip_pending_ = check_resume_ = false;
 }
 
@@ -124,6 +126,7 @@ DTRAIN_INLINE void EpochCursor::trained() {
     }
   }
   training_ = s->id;
+  named_ = true;
   if (s->in_hand >= 0) s->position = s->in_hand + 1;
 }
 
