@@ -182,12 +182,13 @@ int main(int argc, char** argv) try {
       loop_s += now_s() - e0;
       const bool last = o.max_steps && ctx.steps() >= o.max_steps;
       if (last) ctx.end_epoch();
-      // The eval file's loss over its label tokens, all ranks together.
+      // The eval file's loss over its label tokens, all ranks together: each row once (a sequential
+      // shard; the checkpoint's position stays the training shard's either way).
       model->eval();
       double loss_sum = 0, tokens = 0;
       {
         torch::NoGradGuard no_grad;
-        for (auto batch : ctx.shard(eval, o.global_batch)) {
+        for (auto batch : ctx.shard(eval, o.global_batch, dtrain::sampler::sequential{})) {
           const auto labels = batch["labels"];
           const auto n = (labels.narrow(1, 1, labels.size(1) - 1) != -100).sum().item<double>();
           loss_sum += nn::causal_lm_loss(ctx.forward(model, batch), labels).item<double>() * n;

@@ -188,9 +188,16 @@ class Context {
   ///
   /// `sampler` overrides the Trainer's Sampler for this call, as a value:
   /// `ctx.shard(test, b, dtrain::sampler::sequential{})` gives every sample exactly once across
-  /// ranks, for evaluation. Only shards of the Trainer's Sampler move the position a checkpoint
-  /// saves; the first such shard after a resume skips the batches the checkpoint's epoch had
-  /// consumed already.
+  /// ranks, for evaluation.
+  ///
+  /// The position a checkpoint saves is the training shard's. Each call keeps its own position;
+  /// the training shard is the one whose batch is in hand (the latest handed out) when the loop
+  /// calls backward() or step(), so an evaluation or a prediction between the training loop and
+  /// checkpoint(), with any Sampler, moves nothing. A checkpoint saves the training split's size
+  /// too, and after a resume the first shard of the resumed epoch over a split of that size skips
+  /// the batches the checkpoint's epoch had trained; other shards run whole. When the loop then
+  /// trains first on another shard (an evaluation of the same size took the position), step() and
+  /// backward() throw ConfigError: evaluate with sampler::sequential{}.
   template <data::RandomAccess Split, class Sampler = trainer_sampler>
   auto shard(const Split& split, std::int64_t global_batch, Sampler /*sampler*/ = {});
 

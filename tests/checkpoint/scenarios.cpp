@@ -22,6 +22,9 @@
 //       [--min-workers M] [--regrow-after C]  an elastic group (ScalingConfig::min_workers,
 //                          regrow_after_checkpoints)
 //       [--fsdp 1]         strategy::fsdp<> (its SGD momentum sharded, re-cut when the count changes)
+//       [--eval 1] [--eval-samples N]  evaluates a held-out set of N (200) samples with the Trainer's
+//                          Sampler at each epoch's start and before each checkpoint, and reports its loss
+//                          as eval_loss; rank 0 prints "EVAL batches=K" for each
 //
 // --kill-step S: rank R (default 1) kills itself with SIGKILL after S steps, in attempts below A
 // (default 1), or in every attempt with --kill-always 1. With --kill-settled 1 every rank first
@@ -58,7 +61,8 @@ struct Args {
   int kill_rank = 1, kill_attempts = 1, min_workers = 0, regrow_after = 2;
   bool kill_settled = false;
   bool kill_always = false, user_state = false, amp = false, fresh = false, final_checkpoint = false, fsdp = false;
-  bool sync = false, hold_snapshots = false, python_optimizer = false;
+  bool sync = false, hold_snapshots = false, python_optimizer = false, eval = false;
+  std::int64_t eval_samples = 200;
   std::optional<std::uint64_t> seed, reproducible;
   std::int64_t batch = 32;
 };
@@ -102,6 +106,8 @@ Args parse(int argc, char** argv) {
     else if (f == "--epoch-steps") a.epoch_steps = std::stoi(v);
     else if (f == "--fail-at-step") a.fail_at_step = std::stoi(v);
     else if (f == "--trace") a.trace = v;
+    else if (f == "--eval") a.eval = v == "1";
+    else if (f == "--eval-samples") a.eval_samples = std::stoll(v);
     else if (f == "--tag") {}  // only marks the processes
     else throw std::invalid_argument("unknown flag " + f);
   }
@@ -174,6 +180,7 @@ using FsdpTrainer = dtrain::Trainer<torch::nn::Sequential, dtrain::data::TensorD
 template <class Trainer>
 int train(const Args& a) {
   const auto data = a.trace.empty() ? synthetic(1024, 20) : indexed(1008);
+  const auto held_out = synthetic(a.eval_samples, 20);
   dtrain::RunConfig run{.storage_path = a.storage, .name = a.name,
                         .rendezvous_timeout = std::chrono::seconds(20),
                         .collective_timeout = std::chrono::seconds(20)};
@@ -217,9 +224,26 @@ int train(const Args& a) {
       if (ctx.world_rank() == 0)
         std::cerr << "RESUMED " << ck->path().string() << " steps=" << ck->steps() << std::endl;
     }
+    // --eval: the held-out loss over a shard of the Trainer's Sampler, as a user writes it; eval
+    // mode, so Dropout draws nothing and the training's generator is untouched.
+    auto evaluate = [&] {
+      double sum = 0;
+      std::int64_t batches = 0;
+      if (!a.eval) return sum;
+      torch::NoGradGuard no_grad;
+      model->eval();
+      for (auto batch : ctx.shard(held_out, a.batch)) {
+        sum += torch::nn::functional::cross_entropy(ctx.forward(model, batch.data), batch.target).template item<double>();
+        ++batches;
+      }
+      model->train();
+      if (ctx.world_rank() == 0) std::cerr << "EVAL batches=" << batches << std::endl;
+      return ctx.all_reduce(sum, dtrain::reduce::sum);
+    };
     model->train();
     for (auto epoch : ctx.epochs(1000)) {
       (void)epoch;
+      (void)evaluate();
       for (auto batch : ctx.shard(data, a.batch)) {
         // A per-epoch step cap: the batches this epoch finished, resumed ones included.
         if (ctx.sampler_position() == a.epoch_steps) {
@@ -256,6 +280,7 @@ int train(const Args& a) {
         if (ctx.steps() % a.every == 0) {
           const auto s = ctx.steps();
           if (plateau) plateau->step(ctx.all_reduce(loss.item<double>()));
+          const double eval_loss = evaluate();
           auto snapshot = ctx.checkpoint(model, sgd, {{"extra_steps", s}});
           if (a.hold_snapshots) held.push_back(snapshot);
           if (cosine) snapshot.with_object(dtrain::schedule::checkpoint_name, *cosine);
@@ -264,15 +289,20 @@ int train(const Args& a) {
             if (ctx.world_rank() == 0) std::ofstream(vocab) << "steps " << s << "\n";
             snapshot.with_file("vocab.txt", vocab).with_object("scheduler", decay);
           }
-          ctx.report({{"loss", loss.item<double>()}, {"score", (s * 7) % 11}}, std::move(snapshot));
+          dtrain::Metrics metrics{{"loss", loss.item<double>()}, {"score", (s * 7) % 11}};
+          if (a.eval) metrics["eval_loss"] = eval_loss;
+          ctx.report(metrics, std::move(snapshot));
         }
       }
       if (ctx.steps() == a.steps) break;
     }
     // A checkpoint after the loop (as the example's epoch-end one): its position is what the loop
     // finished, not the batch it broke out on.
-    if (a.final_checkpoint && ctx.steps() % a.every != 0)
-      ctx.report({{"loss", 0.0}, {"score", 0}}, ctx.checkpoint(model, sgd, {{"extra_steps", ctx.steps()}}));
+    if (a.final_checkpoint && ctx.steps() % a.every != 0) {
+      dtrain::Metrics metrics{{"loss", 0.0}, {"score", 0}};
+      if (a.eval) metrics["eval_loss"] = evaluate();  // after the loop broke out mid-epoch: it moves no position
+      ctx.report(metrics, ctx.checkpoint(model, sgd, {{"extra_steps", ctx.steps()}}));
+    }
     // The full parameters (under fsdp<> a collective, so every rank asks).
     const auto full = a.out.empty() ? c10::Dict<std::string, at::Tensor>() : ctx.full_state(model);
     if (ctx.world_rank() == 0) {

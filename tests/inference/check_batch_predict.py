@@ -81,6 +81,17 @@ check([r["index"] for r in rows] == list(range(SAMPLES)), "JSON Lines: every sam
 check(all(r["label"] == c[1] and r["class_index"] == int(c[2]) and r["probabilities"] == [float(x) for x in c[4:]]
           for r, c in zip(rows, csv_rows)), "JSON Lines: the CSV's predictions")
 
+# A batch of 40 with every other option its default: the part size is the largest multiple of 40 up
+# to 4096 (it was 4096, refused for this batch).
+output = os.path.join(workdir, "batch40")
+p = run("predict", checkpoint, output, "2", "--batch", "40")
+check("samples %d restarts 0 status finished" % SAMPLES in p.stdout, "batch 40, default part size: %s" % p.stdout.strip())
+m = json.load(open(os.path.join(output, "manifest.json")))
+check(m["job"]["part_size"] == 4080 and [q["count"] for q in m["parts"]] == [SAMPLES],
+      "batch 40: one part of 4080 samples at most: %s" % m["job"])
+got = [l.split(",")[:3] for l in open(os.path.join(output, "predictions.csv")).read().splitlines()]
+check(len(got) == SAMPLES + 1 and [int(r[0]) for r in got[1:]] == list(range(SAMPLES)), "batch 40: every sample once, in order")
+
 # A worker killed in the middle of part 10 (samples 490..538, read 7 at a time; rank 0 of 2 scores it
 # in round 5).
 output, log = os.path.join(workdir, "killed"), os.path.join(workdir, "killed.log")

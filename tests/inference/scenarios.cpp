@@ -234,15 +234,18 @@ int main(int argc, char** argv) try {
   if (mode == "predict" && argc >= 5) {
     Watched data;
     bool jsonl = false;
+    std::int64_t batch = 0;  // --batch N: N a forward pass and every other option its default
     for (int i = 5; i < argc; ++i) {
       const std::string flag = argv[i];
       if (flag == "--kill-at" && i + 1 < argc) data.kill_at = std::stoll(argv[++i]);
       else if (flag == "--log" && i + 1 < argc) data.log = argv[++i];
       else if (flag == "--jsonl") jsonl = true;
+      else if (flag == "--batch" && i + 1 < argc) batch = std::stoll(argv[++i]);
       else throw std::invalid_argument("unknown argument " + flag);
     }
     const std::string output = argv[3];
-    auto out = dtrain::evaluation::batch_predict<Net>(argv[2], data, job(output, jsonl), {.num_workers = std::stoi(argv[4])},
+    const auto config = batch > 0 ? dtrain::evaluation::BatchPredictConfig{.output = output, .batch = batch} : job(output, jsonl);
+    auto out = dtrain::evaluation::batch_predict<Net>(argv[2], data, config, {.num_workers = std::stoi(argv[4])},
                                                       quiet_run(output + "_runs", "predict"));
     std::cout << "PREDICTIONS " << out.file.string() << " samples " << out.samples << " restarts "
               << out.run.restarts << " status " << out.run.status << std::endl;

@@ -113,18 +113,20 @@ TEST_CASE("EpochCursor: a resumed epoch skips its trained batches once and rolls
   c.resume(2, 3);
   CHECK(c.first_epoch() == 2);
   c.begin_epoch(2);
-  CHECK(c.begin_shard(10) == 3);  // the resumed shard skips 3
-  c.reached(3);
+  const auto first = c.open(320);
+  CHECK(c.begin_shard(first, 10) == 3);  // the resumed shard skips 3
+  c.reached(first, 3);
   c.trained();
   CHECK(c.position() == 4);
   CHECK(c.resume_point() == std::pair<std::int64_t, std::int64_t>{2, 4});
-  CHECK(c.begin_shard(10) == 0);  // a second shard in the same epoch starts over
-  c.reached(9);
+  const auto second = c.open(320);
+  CHECK(c.begin_shard(second, 10) == 0);  // a second shard in the same epoch starts over
+  c.reached(second, 9);
   c.trained();
   CHECK(c.resume_point() == std::pair<std::int64_t, std::int64_t>{3, 0});  // after the last batch
   c.begin_epoch(3);
   CHECK(c.position() == 0);
-  CHECK(c.begin_shard(10) == 0);
+  CHECK(c.begin_shard(c.open(320), 10) == 0);
 }
 
 // issue 18: `--max-steps 100` then `--resume` skipped a batch: the view had advanced the position
@@ -132,22 +134,40 @@ TEST_CASE("EpochCursor: a resumed epoch skips its trained batches once and rolls
 TEST_CASE("EpochCursor: a batch the loop breaks out on before training it is not counted as trained", "[context][cursor]") {
   d::sampler::EpochCursor c;
   c.begin_epoch(0);
-  CHECK(c.begin_shard(469) == 0);
+  const auto s = c.open(60000);
+  CHECK(c.begin_shard(s, 469) == 0);
   for (std::int64_t b = 0; b < 100; ++b) {
-    c.reached(b);
+    c.reached(s, b);
     c.trained();
   }
-  c.reached(100);  // handed out, then `if (done()) break;`
+  c.reached(s, 100);  // handed out, then `if (done()) break;`
   CHECK(c.resume_point() == std::pair<std::int64_t, std::int64_t>{0, 100});
-  c.reached(101);  // a loop that trains without ctx.backward/step: taking the next batch finishes the last
+  c.reached(s, 101);  // taking the next batch of the training shard finishes the last
   CHECK(c.position() == 101);
+}
+
+TEST_CASE("EpochCursor: a loop that trains with a plain backward and step keeps its first shard's position", "[context][cursor]") {
+  // No ctx.backward or ctx.step names the training shard: the epoch's first is taken for it, so an
+  // evaluation after it moves nothing (taking a batch finishes the ones before it).
+  d::sampler::EpochCursor c;
+  c.begin_epoch(1);
+  const auto train = c.open(640);
+  c.begin_shard(train, 10);
+  for (std::int64_t b = 0; b < 10; ++b) c.reached(train, b);
+  const auto eval = c.open(64);
+  c.begin_shard(eval, 2);
+  c.reached(eval, 0);
+  CHECK(c.position() == 9);
+  CHECK(c.resume_samples() == 640);
+  CHECK(c.resume_point() == std::pair<std::int64_t, std::int64_t>{1, 9});
 }
 
 TEST_CASE("EpochCursor: ctx.end_epoch() makes a checkpoint resume at the next epoch", "[context][cursor]") {
   d::sampler::EpochCursor c;
   c.begin_epoch(4);
-  c.begin_shard(10);
-  c.reached(2);
+  const auto s = c.open(100);
+  c.begin_shard(s, 10);
+  c.reached(s, 2);
   c.trained();
   c.end_epoch();
   CHECK(c.resume_point() == std::pair<std::int64_t, std::int64_t>{5, 0});
@@ -159,21 +179,23 @@ TEST_CASE("EpochCursor: ctx.end_epoch() makes a checkpoint resume at the next ep
 TEST_CASE("EpochCursor: another worker count continues the epoch from its global sample offset", "[context][cursor][elastic]") {
   d::sampler::EpochCursor c;
   c.begin_epoch(0);
-  CHECK_FALSE(c.continue_from(48).has_value());  // a fresh epoch
-  c.begin_shard(21);
+  const auto s = c.open(1008);
+  CHECK_FALSE(c.continue_from(s, 48).has_value());  // a fresh epoch
+  c.begin_shard(s, 21);
   for (std::int64_t b = 0; b < 6; ++b) {
-    c.reached(b);
+    c.reached(s, b);
     c.trained();
   }
   CHECK(c.resume_offset() == 6 * 48);
   // Resumed by 2 workers (the checkpoint was 3 workers'): the rest of the epoch is dealt from 288.
   d::sampler::EpochCursor two;
-  two.resume(0, 6, 288, /*redeal=*/true);
+  two.resume(0, 6, 288, /*redeal=*/true, 1008);
   two.begin_epoch(0);
-  CHECK(two.continue_from(48) == std::optional<std::int64_t>(288));
-  CHECK(two.begin_shard(15) == 0);  // the re-dealt shard skips nothing
+  const auto t = two.open(1008);
+  CHECK(two.continue_from(t, 48) == std::optional<std::int64_t>(288));
+  CHECK(two.begin_shard(t, 15) == 0);  // the re-dealt shard skips nothing
   for (std::int64_t b = 0; b < 6; ++b) {
-    two.reached(b);
+    two.reached(t, b);
     two.trained();
   }
   CHECK(two.resume_point() == std::pair<std::int64_t, std::int64_t>{0, 6});
@@ -183,19 +205,98 @@ TEST_CASE("EpochCursor: another worker count continues the epoch from its global
   d::sampler::EpochCursor again;
   again.resume(0, 6, 576, /*redeal=*/false);
   again.begin_epoch(0);
-  CHECK(again.continue_from(48) == std::optional<std::int64_t>(576));
+  CHECK(again.continue_from(again.open(1008), 48) == std::optional<std::int64_t>(576));
   // A checkpoint of the same count whose offset is its position's: batches are skipped as before.
   d::sampler::EpochCursor same;
   same.resume(0, 6, 288, /*redeal=*/false);
   same.begin_epoch(0);
-  CHECK_FALSE(same.continue_from(48).has_value());
-  CHECK(same.begin_shard(21) == 6);
+  const auto u = same.open(1008);
+  CHECK_FALSE(same.continue_from(u, 48).has_value());
+  CHECK(same.begin_shard(u, 21) == 6);
   // At the epoch's end the offset is the next epoch's start.
   for (std::int64_t b = 6; b < 21; ++b) {
-    same.reached(b);
+    same.reached(u, b);
     same.trained();
   }
   CHECK(same.resume_offset() == 0);
+}
+
+// An evaluation with the Trainer's Sampler between the training shard and ctx.checkpoint() saved
+// its own position: a restart re-trained the epoch, and the resumed position cut the next evaluation.
+TEST_CASE("EpochCursor: each shard keeps its own position, and the one trained on is saved and resumed", "[context][cursor]") {
+  d::sampler::EpochCursor c;
+  c.begin_epoch(0);
+  const auto train = c.open(1000);
+  c.continue_from(train, 10);
+  CHECK(c.begin_shard(train, 100) == 0);
+  for (std::int64_t b = 0; b < 40; ++b) {
+    c.reached(train, b);
+    c.trained();
+  }
+  const auto eval = c.open(140);  // evaluated mid-epoch: batches handed out, none trained
+  c.continue_from(eval, 10);
+  CHECK(c.begin_shard(eval, 14) == 0);
+  for (std::int64_t b = 0; b < 14; ++b) c.reached(eval, b);
+  CHECK(c.position() == 40);
+  CHECK(c.epoch_batches() == 100);
+  CHECK(c.resume_point() == std::pair<std::int64_t, std::int64_t>{0, 40});
+  CHECK(c.resume_offset() == 400);
+  CHECK(c.resume_samples() == 1000);
+
+  // Resumed: an evaluation first (another size) runs whole; the training shard skips 40.
+  d::sampler::EpochCursor r;
+  r.resume(0, 40, 400, false, 1000);
+  r.begin_epoch(0);
+  CHECK(r.resume_point() == std::pair<std::int64_t, std::int64_t>{0, 40});  // nothing begun yet
+  const auto e = r.open(140);
+  CHECK_FALSE(r.continue_from(e, 10).has_value());
+  CHECK(r.begin_shard(e, 14) == 0);
+  for (std::int64_t b = 0; b < 14; ++b) r.reached(e, b);
+  CHECK(r.resume_point() == std::pair<std::int64_t, std::int64_t>{0, 40});
+  const auto t = r.open(1000);
+  CHECK_FALSE(r.continue_from(t, 10).has_value());
+  CHECK(r.begin_shard(t, 100) == 40);
+  r.reached(t, 40);
+  r.trained();
+  CHECK(r.resume_point() == std::pair<std::int64_t, std::int64_t>{0, 41});
+  // At the epoch's end, an evaluation then a checkpoint: the next epoch's start.
+  for (std::int64_t b = 41; b < 100; ++b) {
+    r.reached(t, b);
+    r.trained();
+  }
+  const auto last = r.open(140);
+  r.begin_shard(last, 14);
+  r.reached(last, 0);
+  CHECK(r.resume_point() == std::pair<std::int64_t, std::int64_t>{1, 0});
+  CHECK(r.resume_offset() == 0);
+  // A loop that checkpoints before it trains in an epoch saves the epoch's start.
+  r.begin_epoch(1);
+  const auto early = r.open(140);
+  r.begin_shard(early, 14);
+  r.reached(early, 5);
+  CHECK(r.resume_point() == std::pair<std::int64_t, std::int64_t>{1, 0});
+}
+
+TEST_CASE("EpochCursor: a resumed position that an evaluation of the same size took is refused at the first step", "[context][cursor]") {
+  d::sampler::EpochCursor c;
+  c.resume(3, 22, 704, false, 1024);
+  c.begin_epoch(3);
+  const auto eval = c.open(1024);  // the same size: it takes the position
+  CHECK(c.begin_shard(eval, 32) == 22);
+  for (std::int64_t b = 22; b < 32; ++b) c.reached(eval, b);
+  const auto train = c.open(1024);
+  CHECK(c.begin_shard(train, 32) == 0);
+  c.reached(train, 0);
+  CHECK_THROWS_WITH(c.trained(), Catch::Contains("22 batches into epoch 3 of a split of 1024 samples") &&
+                                     Catch::Contains("dtrain::sampler::sequential{}"));
+  // A training split of another size than the checkpoint's: no shard matched, refused too.
+  d::sampler::EpochCursor other;
+  other.resume(0, 5, 50, false, 1024);
+  other.begin_epoch(0);
+  const auto s = other.open(512);
+  CHECK(other.begin_shard(s, 16) == 0);
+  other.reached(s, 0);
+  CHECK_THROWS_WITH(other.trained(), Catch::Contains("no shard of this epoch matched it"));
 }
 
 TEST_CASE("RunDirectory: names - the checkpoint listing newest first and a path that cannot be one", "[context][run_directory]") {

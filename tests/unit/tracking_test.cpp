@@ -542,8 +542,22 @@ TEST_CASE("BatchPredictConfig: bad values are clear errors before any worker sta
   CHECK_THROWS_MATCHES(C{}.validate(), d::ConfigError, MessageContains({"output is empty"}));
   CHECK_THROWS_MATCHES((C{.output = "out", .batch = 0}).validate(), d::ConfigError, MessageContains({"batch must be at least 1"}));
   CHECK_THROWS_MATCHES((C{.output = "out", .batch = 7, .part_size = 50}).validate(), d::ConfigError,
-                       MessageContains({"part_size must be a positive multiple of batch (7), got 50", "e.g. 49"}));
+                       MessageContains({"part_size must be a positive multiple of batch (7), got 50", "e.g. 49",
+                                        "leave it 0 (the default)"}));
+  CHECK_THROWS_MATCHES((C{.output = "out", .batch = 8, .part_size = -8}).validate(), d::ConfigError,
+                       MessageContains({"part_size must be a positive multiple of batch (8), got -8"}));
+  CHECK(C{.output = "o", .batch = 7, .part_size = 49}.part_samples() == 49);
   CHECK(C{.output = "o", .format = d::evaluation::PredictionFormat::jsonl}.extension() == ".jsonl");
+}
+
+// The default part size was 4096 whatever the batch: a batch of 40 was refused, after training.
+TEST_CASE("BatchPredictConfig: the default part size fits any batch", "[evaluation][predictor]") {
+  using C = d::evaluation::BatchPredictConfig;
+  CHECK_NOTHROW(C{.output = "out", .batch = 40}.validate());
+  CHECK(C{.output = "out", .batch = 40}.part_samples() == 4080);  // 102 batches
+  CHECK(C{.output = "out"}.part_samples() == 4096);               // batch 256: 16 batches, as before
+  CHECK(C{.output = "out", .batch = 5000}.part_samples() == 5000);  // one batch a part
+  CHECK_NOTHROW(C{.output = "out", .batch = 5000}.validate());
 }
 
 namespace {

@@ -188,6 +188,10 @@ class Checkpoint {
   /// had trained), when it is there and known.
   std::optional<std::int64_t> sample_offset(int rank) const;
 
+  /// The size of the split whose batches `rank`'s position counts (the training shard's), when it
+  /// is there and known (checkpoints from before it was saved have none).
+  std::optional<std::int64_t> shard_samples(int rank) const;
+
   /// The directory of the files saved with with_file(name, path), as Ray's as_directory(): read
   /// them there (it is absent when the checkpoint holds no user file).
   std::filesystem::path as_directory() const { return path_ / files::user_files; }

@@ -9,14 +9,14 @@
 // reports it as it reports a bad CRC-32, and the run falls back to an older checkpoint.
 //
 // The rules (docs/checkpoints.md, "What a checkpoint must hold"):
-// - counts (iteration, epoch, position, steps, offset) are JSON integers in [0, max_count]
-//   (iteration from 1; offset -1 for "unknown"), world sizes in [1, max_world_size];
+// - counts (iteration, epoch, position, steps, offset, samples) are JSON integers in [0, max_count]
+//   (iteration from 1; offset and samples -1 for "unknown"), world sizes in [1, max_world_size];
 // - manifest.json has format 1, the checkpoint's iteration and world size, and lists each file
 //   once by a relative name, with its size and CRC-32, including model.pt, optimizer.pt,
 //   state.json and exactly one rank_RRRRR.json per rank;
 // - state.json's iteration is the directory's (checkpoint_NNNNNN) and the manifest's, its world
 //   size the manifest's, its metrics and extras objects of numbers, text or null;
-// - rank_RRRRR.json names its rank, and holds the epoch, position and global offset of every other
+// - rank_RRRRR.json names its rank, and holds the epoch, position, global offset and split size of every other
 //   rank (a group steps in lockstep) and of state.json, and its generator's state in hex of the
 //   size this LibTorch's CPU generator has.
 
@@ -138,6 +138,7 @@ inline std::int64_t cpu_generator_state_bytes() {
 struct RankFile {
   int rank = 0;
   std::int64_t epoch = 0, position = 0, offset = -1;
+  std::int64_t samples = -1;  // the size of the split the position belongs to (-1: not saved)
   std::string rng, cuda_rng;  // hex; cuda_rng empty when the rank trained on the CPU
 
   static RankFile read(const std::filesystem::path& dir, int rank);

@@ -80,6 +80,9 @@ struct Snapshot {
   /// The epoch's global sample offset at `position` (all ranks' samples; -1 unknown): what a group
   /// of another worker count continues the epoch from.
   std::int64_t offset = -1;
+  /// The size of the split `position` counts batches of (the training shard's; -1 unknown): a
+  /// resume gives the position to a shard over a split of this size.
+  std::int64_t samples = -1;
 
   /// Saves a copy of the file at `source` (read now) as `name` in the checkpoint, under files/,
   /// covered by the manifest; Checkpoint::file(name) gives its path back. The model's state is

@@ -39,10 +39,16 @@ auto Context<Policies>::shard(const Split& split, std::int64_t global_batch, Sam
   const std::int64_t batch_size = core_.batch_size(global_batch);
   constexpr bool counted = std::is_same_v<Sampler, trainer_sampler>;
   const auto n = static_cast<std::int64_t>(split.size());
+  // Each shard of the Trainer's Sampler keeps its own position: the one the loop trains on is the
+  // one a checkpoint saves, whatever it evaluates with besides (sampler/cursor.hpp).
+  [[maybe_unused]] std::int64_t id = -1;
   // A resumed epoch that continues from its global sample offset (another worker count): the
   // rest of it, dealt to this group's ranks.
   std::optional<std::int64_t> offset;
-  if constexpr (counted) offset = core_.cursor.continue_from(global_batch);
+  if constexpr (counted) {
+    id = core_.cursor.open(n);
+    offset = core_.cursor.continue_from(id, global_batch);
+  }
   auto order = [&] {
     // A run-time seed (RunConfig::seed, else enable_reproducibility's) replaces the Sampler's own.
     if constexpr (counted && SeededSampler<Sampler>)
@@ -56,14 +62,14 @@ auto Context<Policies>::shard(const Split& split, std::int64_t global_batch, Sam
     return Sampler::indices(n, world_rank(), world, core_.cursor.epoch());
   }();
   std::int64_t first = 0;
-  if constexpr (counted) first = core_.cursor.begin_shard(data::batch_count(static_cast<std::int64_t>(order.size()), batch_size));
+  if constexpr (counted) first = core_.cursor.begin_shard(id, data::batch_count(static_cast<std::int64_t>(order.size()), batch_size));
   constexpr bool prefetching = backend_traits<backend>::has_batch_transfer;
   // Each batch is a sign of progress (FailureConfig::progress_timeout), of any shard.
   data::BatchObserver observe = [](std::int64_t b, std::int64_t) { mark_progress("batch # of an epoch (ctx.shard)", b); };
   if constexpr (counted)
-    observe = [this, world](std::int64_t b, std::int64_t len) {
+    observe = [this, world, id](std::int64_t b, std::int64_t len) {
       mark_progress("batch # of an epoch (ctx.shard)", b);
-      if (!prefetching) core_.cursor.reached(b);  // prefetching counts batches handed out instead
+      if (!prefetching) core_.cursor.reached(id, b);  // prefetching counts batches handed out instead
       core_.meter.add_samples(len * world);
       core_.timing.add_samples(len);
     };
@@ -80,7 +86,7 @@ auto Context<Policies>::shard(const Split& split, std::int64_t global_batch, Sam
     // On a GPU backend the next batch moves to the device while this one trains; the position
     // counts the batches handed to the loop, not the one read ahead.
     std::function<void()> on_yield;
-    if constexpr (counted) on_yield = [this, next = first]() mutable { core_.cursor.reached(next++); };
+    if constexpr (counted) on_yield = [this, id, next = first]() mutable { core_.cursor.reached(id, next++); };
     return until_stop(data::prefetch(std::move(view), typename backend::batch_transfer(core_.device), std::move(on_yield)));
   } else {
     return until_stop(std::move(view));

@@ -56,8 +56,10 @@ struct BatchPredictConfig {
   std::int64_t batch = 256;
   /// Samples per part file: the unit a worker writes at once, and that a restart does not redo. A
   /// multiple of `batch`, so that every batch is the one a single process forms (the same samples
-  /// together give the same floating-point results: 1 or N workers write the same file).
-  std::int64_t part_size = 4096;
+  /// together give the same floating-point results: 1 or N workers write the same file). 0 (the
+  /// default): the largest multiple of `batch` up to default_part_size, at least one batch.
+  std::int64_t part_size = 0;
+  static constexpr std::int64_t default_part_size = 4096;
   /// The class names of a dataset's predictions; when empty, the checkpoint's `labels` object (a
   /// data::LabelEncoder) names them where it holds one, else they are "0", "1", ... (Raw inputs
   /// take the names their preprocessing restores.)
@@ -67,7 +69,13 @@ struct BatchPredictConfig {
   /// removes the output directory first.
   Start start = Start::resume;
 
+  /// Throws ConfigError naming the option that cannot work and what to write. batch_predict calls
+  /// it first; a program that trains and then scores can call it before training.
   void validate() const;
+  /// part_size, or the one its default 0 stands for.
+  std::int64_t part_samples() const {
+    return part_size > 0 ? part_size : std::max<std::int64_t>(1, default_part_size / std::max<std::int64_t>(1, batch)) * batch;
+  }
   std::string extension() const { return format == PredictionFormat::csv ? ".csv" : ".jsonl"; }
 };
 
@@ -126,7 +134,7 @@ BatchPredictions run_job(const std::filesystem::path& checkpoint, std::int64_t s
     result = job.fit([&](typename Job::context& ctx) {
       auto predictor = make_predictor();
       std::filesystem::create_directories(config.output / "parts");  // under a launcher no driver made it
-      const std::int64_t parts = (samples + config.part_size - 1) / config.part_size;
+      const std::int64_t part = config.part_samples(), parts = (samples + part - 1) / part;
       const int world = ctx.world_size();
       const std::int64_t rounds = (parts + world - 1) / world;
       std::int64_t scored = 0;
@@ -134,7 +142,7 @@ BatchPredictions run_job(const std::filesystem::path& checkpoint, std::int64_t s
         const std::int64_t p = r * world + ctx.world_rank();
         std::int64_t here = 0;
         if (p < parts && !std::filesystem::exists(config.output / part_name(p, config))) {
-          const auto first = p * config.part_size, count = std::min(config.part_size, samples - first);
+          const auto first = p * part, count = std::min(part, samples - first);
           std::vector<torch::Tensor> probs;
           for (std::int64_t b = first; b < first + count; b += config.batch)
             probs.push_back(score(predictor, b, std::min(config.batch, first + count - b)));

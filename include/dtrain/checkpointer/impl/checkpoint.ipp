@@ -148,6 +148,12 @@ DTRAIN_INLINE std::optional<std::int64_t> Checkpoint::sample_offset(int rank) co
   return offset >= 0 ? std::optional<std::int64_t>(offset) : std::nullopt;
 }
 
+DTRAIN_INLINE std::optional<std::int64_t> Checkpoint::shard_samples(int rank) const {
+  if (rank < 0 || rank >= world_size_) return std::nullopt;
+  const auto samples = rank_file(rank).samples;
+  return samples >= 0 ? std::optional<std::int64_t>(samples) : std::nullopt;
+}
+
 DTRAIN_INLINE std::filesystem::path Checkpoint::file(const std::string& name) const {
   const auto p = as_directory() / name;
   std::error_code ec;

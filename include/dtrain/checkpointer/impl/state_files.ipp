@@ -235,6 +235,7 @@ DTRAIN_INLINE RankFile RankFile::read(const std::filesystem::path& dir, int rank
   r.epoch = f.integer("epoch", 0, max_count);
   r.position = f.integer("position", 0, max_count);
   r.offset = f.has("offset") ? f.integer("offset", -1, max_count) : -1;  // absent in older checkpoints
+  r.samples = f.has("samples") ? f.integer("samples", -1, max_count) : -1;  // so is this
   r.rng = f.hex("rng", cpu_generator_state_bytes());
   if (f.has("cuda_rng")) r.cuda_rng = f.hex("cuda_rng", -1);
   return r;
@@ -267,6 +268,7 @@ DTRAIN_INLINE void check_agreement(const std::filesystem::path& dir, const Manif
     if (r.epoch != first.epoch) fail(file, differ("epoch", r.epoch, first.epoch, zero));
     if (r.position != first.position) fail(file, differ("position", r.position, first.position, zero));
     if (r.offset != first.offset) fail(file, differ("offset", r.offset, first.offset, zero));
+    if (r.samples != first.samples) fail(file, differ("samples", r.samples, first.samples, zero));
   }
   if (s.epoch != first.epoch) fail(state, differ("epoch", s.epoch, first.epoch, "the rank files'"));
   if (s.position != first.position) fail(state, differ("position", s.position, first.position, "the rank files'"));

@@ -48,6 +48,7 @@ DTRAIN_INLINE void write_rank_file(const std::filesystem::path& tmp, int rank, c
                       {"epoch", s.epoch},
                       {"position", s.position},
                       {"offset", s.offset},
+                      {"samples", s.samples},
                       {"rng", to_hex(gen.data_ptr<std::uint8_t>(), static_cast<std::size_t>(gen.numel()))}};
   if (s.cuda_generator.defined()) {
     const auto cuda = s.cuda_generator.contiguous();

@@ -59,7 +59,7 @@ DTRAIN_INLINE void ContextCore::start(const std::optional<checkpointer::Checkpoi
     const int from = same_world ? who.rank : 0;
     const auto position = ck->sampler_state(from);
     cursor.resume(position ? position->first : ck->epoch(), position ? position->second : 0,
-                  ck->sample_offset(from).value_or(-1), !same_world);
+                  ck->sample_offset(from).value_or(-1), !same_world, ck->shard_samples(from).value_or(-1));
   }
   if (who.rank == 0) {
     MetricsHistory::truncate_jsonl(dir.history(), "iteration", kept);
@@ -182,6 +182,7 @@ DTRAIN_INLINE void ContextCore::fill_snapshot(checkpointer::Snapshot& s) {
   if (device.is_cuda()) s.cuda_generator = checkpointer::detail::device_generator_state(device);
   std::tie(s.epoch, s.position) = cursor.resume_point();
   s.offset = cursor.resume_offset();
+  s.samples = cursor.resume_samples();
   s.steps = steps;
   snapshot_buffers.finish();
 }

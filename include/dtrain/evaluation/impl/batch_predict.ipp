@@ -10,9 +10,12 @@ namespace evaluation {
 DTRAIN_INLINE void BatchPredictConfig::validate() const {
   if (output.empty()) throw ConfigError("BatchPredictConfig::output is empty; name the directory for the predictions");
   if (batch < 1) throw ConfigError("BatchPredictConfig::batch must be at least 1, got " + std::to_string(batch));
-  if (part_size < 1 || part_size % batch != 0)
+  if (part_size < 0 || part_size % batch != 0)
     throw ConfigError("BatchPredictConfig::part_size must be a positive multiple of batch (" + std::to_string(batch) +
-                      "), got " + std::to_string(part_size) + "; e.g. " + std::to_string(batch * std::max<std::int64_t>(1, part_size / batch)));
+                      "), got " + std::to_string(part_size) + "; e.g. " +
+                      std::to_string(batch * std::max<std::int64_t>(1, part_size / batch)) +
+                      ", or leave it 0 (the default) for the largest multiple of batch up to " +
+                      std::to_string(default_part_size));
 }
 
 namespace detail {
@@ -95,7 +98,7 @@ DTRAIN_INLINE void claim_output(const BatchPredictConfig& c, const std::filesyst
                       "); pass a checkpoint_NNNNNN directory, such as Result::best_checkpoint()->path()");
   }
   const nlohmann::json job = {{"format", 1}, {"checkpoint", fs::absolute(checkpoint).lexically_normal().string()},
-                              {"model_crc32", model_crc}, {"samples", samples}, {"part_size", c.part_size},
+                              {"model_crc32", model_crc}, {"samples", samples}, {"part_size", c.part_samples()},
                               {"extension", c.extension()}};
   std::error_code ec;
   if (c.start == Start::fresh) fs::remove_all(c.output, ec);
@@ -119,13 +122,13 @@ DTRAIN_INLINE void claim_output(const BatchPredictConfig& c, const std::filesyst
 }
 
 DTRAIN_INLINE void join_parts(const BatchPredictConfig& c, std::int64_t samples, const std::vector<std::string>& names) {
-  const std::int64_t parts = (samples + c.part_size - 1) / c.part_size;
+  const std::int64_t part = c.part_samples(), parts = (samples + part - 1) / part;
   std::string all = header(names, c);
   nlohmann::json list = nlohmann::json::array();
   for (std::int64_t p = 0; p < parts; ++p) {
     const auto name = part_name(p, c);
     const std::string text = checkpointer::detail::read_text(c.output / name);
-    const auto first = p * c.part_size, count = std::min(c.part_size, samples - first);
+    const auto first = p * part, count = std::min(part, samples - first);
     if (std::count(text.begin(), text.end(), '\n') != count)
       throw DataError((c.output / name).string() + ": holds " + std::to_string(std::count(text.begin(), text.end(), '\n')) +
                       " rows, not the " + std::to_string(count) + " of samples " + std::to_string(first) + ".." +
