@@ -2,6 +2,7 @@
 #pragma once
 // The bodies of cursor.hpp's functions (docs/packaging.md: header-only or compiled once).
 
+#include <algorithm>
 #include <string>
 
 #include <dtrain/error.hpp>
