@@ -103,7 +103,8 @@ def _entry(rank, worker, args, port, queue, extra):
 
 def run(worker, args, start, extra=()):
     """Runs worker(rank, args, *extra) in args.workers spawned processes, each in the process group,
-    and returns rank 0's result (a dict) with wall_s (from `start`) and the mode added."""
+    and returns rank 0's result (a dict) with wall_s (from `start`), torch's version and the mode
+    (eager or compile, unless the result names its own) added."""
     queue = mp.get_context("spawn").SimpleQueue()
     try:
         mp.spawn(_entry, args=(worker, args, _free_port(), queue, tuple(extra)), nprocs=args.workers, join=True)
@@ -112,7 +113,7 @@ def run(worker, args, start, extra=()):
     except mp.ProcessRaisedException as e:
         fail(os.path.basename(sys.argv[0]), "a worker failed:\n%s" % e)
     result = queue.get()
-    result["mode"] = "compile" if args.compile else "eager"
+    result.setdefault("mode", "compile" if args.compile else "eager")
     result["torch"] = torch.__version__
     result["wall_s"] = round(time.time() - start, 3)
     return result
