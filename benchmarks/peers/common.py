@@ -75,6 +75,8 @@ def check(p, args):
             p.error("--%s must be at least 1" % name.replace("_", "-"))
     if args.max_steps < 0:
         p.error("--max-steps must be 0 (no limit) or more")
+    if args.compile and not hasattr(torch, "compile"):
+        p.error("--compile needs torch 2.x; this is torch %s" % torch.__version__)
     if args.global_batch % args.workers:
         p.error("--global-batch (%d) must be divisible by --workers (%d)" % (args.global_batch, args.workers))
 
