@@ -106,7 +106,7 @@ def folder(args, split, augment):
     try:
         return datasets.ImageFolder(os.path.join(args.root, split), loader=Decode("L" if args.channels == 1 else "RGB"),
                                     transform=transforms.Compose(steps))
-    except (OSError, FileNotFoundError) as e:  # no class folder, or no image in them
+    except OSError as e:  # no image in the class folders (FileNotFoundError)
         raise common.UserError("%s/%s: %s" % (args.root, split, e))
 
 
@@ -176,9 +176,12 @@ def main():
     if args.loader_workers < 0 or args.width < 1 or args.std <= 0:
         p.error("--loader-workers must be 0 or more, --width at least 1 and --std positive")
     for split in ("train", "test"):
-        if not os.path.isdir(os.path.join(args.root, split)):
+        path = os.path.join(args.root, split)
+        if not os.path.isdir(path):
             common.fail("images.py", "--root %s has no %s/ folder (scripts/make-image-folder DIR makes one)"
                         % (args.root, split))
+        if not any(entry.is_dir() for entry in os.scandir(path)):
+            common.fail("images.py", "%s has no class folder (<class>/<image>)" % path)
     if args.decode_only and not args.max_steps:
         args.max_steps = 100
     common.emit(common.run(worker, args, START))
