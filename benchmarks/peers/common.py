@@ -125,7 +125,7 @@ def distribute(model, compile_it):
     """The model DDP trains and the plain module it wraps, which rank 0 evaluates alone (DDP's
     forward would wait for the other ranks). With compile_it DDP wraps torch.compile(model): the
     model's forward and backward are compiled, and DDP's gradient hooks allreduce as in eager mode
-    (torch.compile of the DDP wrapper compiles nothing with torch 2.x here: its forward breaks the
+    (torch.compile of the DDP wrapper compiled nothing with torch 2.15: its forward breaks the
     graph in DDP's logger, and the frames it calls are torch's own, which Dynamo skips)."""
     return DistributedDataParallel(torch.compile(model) if compile_it else model), model
 
