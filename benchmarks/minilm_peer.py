@@ -11,7 +11,7 @@ with the example's keys.
 Runs with the environment of scripts/python-env (torch and transformers from PyPI). The work,
 fixed so that the example can do exactly the same:
   text      = title + " " + description (dataset.csv and holdout.csv of scripts/make-text-corpus)
-  split     = text_peer.py's: per tag (sorted), its rows in file order shuffled with
+  split     = benchmarks/peers/text.py's: per tag (sorted), its rows in file order shuffled with
               random.Random(seed), the first round(20%) to validation (dtrain's
               data::stratified_split(tags, 0.2, 0, seed); split_fnv1a compares the two)
   labels    = the tags of dataset.csv sorted -> 0..K-1, id2label on the model
@@ -27,7 +27,7 @@ fixed so that the example can do exactly the same:
   batches   = DistributedSampler(shuffle, seed) + DataLoader(global batch / workers)
   each epoch: train, then validation over the ranks (loss and accuracy summed), the best state by
               val_loss kept; holdout.csv's raw strings through the tokenizer and the best state
-Timing as text_peer.py's: train_samples_per_s = samples trained over the training loops (a barrier
+Timing as benchmarks/peers/text.py's: train_samples_per_s = samples trained over the training loops (a barrier
 before and after each epoch's loop, validation not counted).
 """
 import time
@@ -73,7 +73,7 @@ def read_rows(path):
 
 
 def stratified_split(tags, fraction, seed):
-    """text_peer.py's split, as row indices: per tag (sorted), its rows in file order shuffled with a
+    """benchmarks/peers/text.py's split, as row indices: per tag (sorted), its rows in file order shuffled with a
     fresh random.Random(seed), the first round(fraction * n) to validation, the rest to train."""
     by_tag = collections.defaultdict(list)
     for i, t in enumerate(tags):

@@ -7,7 +7,7 @@ resnet18 with the small-image stem, started from a torchvision state_dict, train
         [--max-steps 0] [--global-batch 128] [--channels 1|3] [--mean X] [--std X] [--seed 0]
         [--threads-per-worker 1] [--loader-workers 0] [--width 64]
 
-The work, the example's (and ../shared/peers/image_peer.py's but for the model):
+The work, the example's (and benchmarks/peers/images.py's but for the model):
   decode    = PIL, converted to 1 channel ("L") with --channels 1 or RGB with --channels 3
   train     = RandomHorizontalFlip(0.5) -> ToTensor -> Normalize(--mean, --std) (per channel)
   test      = ToTensor -> Normalize
@@ -18,7 +18,7 @@ The work, the example's (and ../shared/peers/image_peer.py's but for the model):
               nn::load_pretrained): those stay as initialised
   optimiser = SGD(lr 0.05, momentum 0.9, weight_decay 5e-4), CosineAnnealingLR over the epochs (per epoch)
   batches   = global batch split over the workers, DistributedSampler(seed=0, shuffle)
-Rank 0 evaluates on the test folder; ONE JSON line is printed. Timing as image_peer.py: startup_s =
+Rank 0 evaluates on the test folder; ONE JSON line is printed. Timing as benchmarks/peers/images.py: startup_s =
 script start -> first optimizer step on rank 0; train_samples_per_s = samples over the loop between
 two barriers (includes decoding).
 """

@@ -1,28 +1,31 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
-"""examples/image_classifier against ../shared/peers/image_peer.py, side by side in one run.
+"""examples/image_classifier against the Python peer benchmarks/peers/images.py, side by side in one run.
 
     benchmarks/vs_image_peer.py --root DIR [--example build/examples/image_classifier]
-        [--peer ../shared/peers/image_peer.py] [--decode-steps 100] [--train-steps 60]
+        [--peer benchmarks/peers/images.py] [--python tests/tools/venv-python]
+        [--peer-mode eager|compile|both] [--decode-steps 100] [--train-steps 60]
         [--loader-threads 0,1] [--repeats 1] [--width 16] [--workers 2] [--global-batch 128]
         [--weights FILE]
 
 DIR is an image folder (scripts/make-image-folder DIR). On the same folder, alternately:
   1. the input pipeline alone (--decode-only, global batch 128 over the workers, --decode-steps
-     batches per worker): the peer decoding in its training processes (--loader-workers 0: with
-     DataLoader processes, 1 or more, image_peer.py fails to start them, "Can't pickle local object
-     'folders.<locals>.load'") against dtrain with each count of --loader-threads (0 = on the
-     training thread); images/s in all and per loader (a count of 0 counts as 1: the training
-     process decodes);
+     batches per worker): the peer decoding in its training processes (--loader-workers 0) against
+     dtrain with each count of --loader-threads (0 = on the training thread); images/s in all and
+     per loader (a count of 0 counts as 1: the training process decodes);
   2. training (ResNet-18 at --width, SGD + cosine, global batch 128, --train-steps steps, one
-     intra-op thread and one BLAS thread per worker): the peer (decoding in the training process),
-     dtrain fp32 and dtrain bf16 (1 loader thread each) - samples/s, startup, test accuracy on the
-     whole test folder, peak memory (the largest sum of the resident sets of the run's process tree,
-     sampled every 0.1 s: benchmarks/process_tree.py).
+     intra-op thread and one BLAS thread per worker): the peer (decoding in the training process;
+     in eager mode, under torch.compile, or both with --peer-mode: its compilation counts in its
+     loop, and the ratios are to the faster mode), dtrain fp32 and dtrain bf16 (1 loader thread
+     each) - samples/s, startup, test accuracy on the whole test folder, peak memory (the largest
+     sum of the resident sets of the run's process tree, sampled every 0.1 s:
+     benchmarks/process_tree.py).
 With --weights FILE (a torchvision resnet18 state_dict with the small-image stem:
 examples/torchvision_resnet18.py) both sides start from FILE: the example with --weights, the peer is
-benchmarks/resnet_peer.py (torchvision.models.resnet18, the same stem and FILE) unless --peer is
-given; the width is torchvision's 64 and the input pipeline alone is not measured.
+benchmarks/resnet_peer.py (torchvision.models.resnet18, the same stem and FILE; eager only, run by
+/usr/bin/python3 unless --python is given) unless --peer is given; the width is torchvision's 64 and
+the input pipeline alone is not measured. Otherwise --python (default tests/tools/venv-python: the
+environment of scripts/python-env, torch 2.x) runs the peer.
 Medians over --repeats; the ratios are dtrain / peer. One JSON line with every figure ends the
 output.
 """
@@ -41,7 +44,11 @@ p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDes
 p.add_argument("--root", required=True)
 p.add_argument("--example", type=timed_build.program,
                default=os.path.join(here, "..", "build", "examples", "image_classifier"))
-p.add_argument("--peer", help="default: ../shared/peers/image_peer.py; with --weights, benchmarks/resnet_peer.py")
+p.add_argument("--peer", help="default: benchmarks/peers/images.py; with --weights, benchmarks/resnet_peer.py")
+p.add_argument("--python", help="the Python that runs the peer (default: tests/tools/venv-python; with --weights "
+                                "and no --peer, /usr/bin/python3)")
+p.add_argument("--peer-mode", choices=["eager", "compile", "both"], default="eager",
+               help="train the peer in eager mode, under torch.compile (--compile), or both")
 p.add_argument("--decode-steps", type=int, default=100)
 p.add_argument("--train-steps", type=int, default=60)
 p.add_argument("--loader-threads", default="0,1")
@@ -58,8 +65,17 @@ if args.weights:
         sys.exit("vs_image_peer: --weights %s: no such file; make one with examples/torchvision_resnet18.py %s"
                  % (args.weights, args.weights))
     args.width = 64
-args.peer = args.peer or (os.path.join(here, "resnet_peer.py") if args.weights else
-                          os.path.join(here, "..", "..", "shared", "peers", "image_peer.py"))
+resnet_peer = args.weights and not args.peer
+if resnet_peer and args.peer_mode != "eager":
+    sys.exit("vs_image_peer: --peer-mode %s: benchmarks/resnet_peer.py (the peer with --weights) trains in eager "
+             "mode only" % args.peer_mode)
+args.peer = args.peer or os.path.join(here, "resnet_peer.py" if args.weights else os.path.join("peers", "images.py"))
+args.python = args.python or ("/usr/bin/python3" if resnet_peer else
+                              os.path.join(here, "..", "tests", "tools", "venv-python"))
+if not os.path.isfile(args.peer):
+    sys.exit("vs_image_peer: --peer %s does not exist" % args.peer)
+if not os.access(args.python, os.X_OK):
+    sys.exit("vs_image_peer: --python %s is not a program (scripts/python-env makes the default)" % args.python)
 if not os.path.isdir(os.path.join(args.root, "train")):
     sys.exit("vs_image_peer: %s has no train/ folder; make one with scripts/make-image-folder %s" % (args.root, args.root))
 if not os.access(args.example, os.X_OK):
@@ -78,8 +94,9 @@ def run(cmd):
     return result
 
 
-def peer(flags, loaders):
-    return run(["/usr/bin/python3", args.peer, "--loader-workers", str(loaders)] + flags)
+def peer(flags, loaders, mode="eager"):
+    return run([args.python, args.peer, "--loader-workers", str(loaders)] + flags +
+               (["--compile"] if mode == "compile" else []))
 
 
 def dtrain(flags, loaders, precision="fp32"):
@@ -95,7 +112,7 @@ def median(runs, key):
 common = ["--root", args.root, "--workers", str(args.workers), "--global-batch", str(args.global_batch),
           "--threads-per-worker", "1"]
 report = {"workers": args.workers, "width": args.width, "global_batch": args.global_batch, "weights": args.weights,
-          "peer": args.peer, "decode": {}, "train": {}}
+          "peer": args.peer, "peer_mode": args.peer_mode, "decode": {}, "train": {}}
 idle.wait(args.allow_load)
 
 if not args.weights:
@@ -119,13 +136,17 @@ print("\ntraining (ResNet-18 width %d%s, %d steps of global batch %d, %d workers
       (args.width, ", from " + args.weights if args.weights else "", args.train_steps, args.global_batch, args.workers))
 flags = common + ["--width", str(args.width), "--max-steps", str(args.train_steps)]
 flags += ["--weights", args.weights] if args.weights else []
-runs = {"peer": [], "dtrain fp32": [], "dtrain bf16": []}
+modes = ["eager", "compile"] if args.peer_mode == "both" else [args.peer_mode]
+peer_rows = {mode: "peer " + mode if len(modes) > 1 else "peer" for mode in modes}
+runs = {row: [] for row in peer_rows.values()}
+runs.update({"dtrain fp32": [], "dtrain bf16": []})
 for _ in range(args.repeats):
-    runs["peer"].append(peer(flags, 0))
+    for mode, row in peer_rows.items():
+        runs[row].append(peer(flags, 0, mode))
     runs["dtrain fp32"].append(dtrain(flags, 1, "fp32"))
     runs["dtrain bf16"].append(dtrain(flags, 1, "bf16"))
 print("%-12s %12s %10s %10s %12s %8s" % ("", "samples/s", "startup_s", "test_acc", "peak MiB", "ratio"))
-base = median(runs["peer"], "train_samples_per_s")
+base = max(median(runs[row], "train_samples_per_s") for row in peer_rows.values())  # the faster mode
 for name, rs in runs.items():
     sps = median(rs, "train_samples_per_s")
     row = {"train_samples_per_s": sps, "startup_s": median(rs, "startup_s"), "test_accuracy": median(rs, "test_accuracy"),

@@ -2,13 +2,17 @@
 # SPDX-License-Identifier: Apache-2.0
 """dtrain's example against the PyTorch DDP peer and against the machine's limit, in one run.
 
-    benchmarks/vs_peer.py [--example build/examples/fashion_mnist] [--peer ../shared/peers/torch_ddp_peer.py]
+    benchmarks/vs_peer.py [--example build/examples/fashion_mnist] [--peer benchmarks/peers/fashion_mnist.py]
+                          [--python tests/tools/venv-python] [--peer-mode eager|compile|both]
                           [--floor build/benchmarks/torch_floor] [--baseline OTHER_BUILD/examples/fashion_mnist]
                           [--steps 300] [--repeats 2] [--models cnn,mlp] [--workers 1,2] [--allow-load]
 
 Each configuration (model x workers, global batch 128, --max-steps steps, one thread and one BLAS
 thread per worker) runs, alternately and `repeats` times each:
-  peer     the PyTorch DDP peer with N workers;
+  peer     the PyTorch DDP peer with N workers (benchmarks/peers/fashion_mnist.py, run by --python:
+           the environment of scripts/python-env, torch 2.x), in eager mode, under torch.compile
+           (its compilation counts in its loop), or both (--peer-mode both: each mode's figure is
+           printed, and dtrain is set against the faster mode);
   dtrain   the example with N workers;
   limit    (N > 1) the example with 1 worker at the per-worker batch (128 / N), times N: what N
            workers would reach if distribution cost nothing (issue 15's limit);
@@ -49,7 +53,12 @@ here = os.path.dirname(os.path.abspath(__file__))
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--example", type=timed_build.program,
                default=os.path.join(here, "..", "build", "examples", "fashion_mnist"))
-p.add_argument("--peer", default=os.path.join(here, "..", "..", "shared", "peers", "torch_ddp_peer.py"))
+p.add_argument("--peer", default=os.path.join(here, "peers", "fashion_mnist.py"),
+               help="the Python peer (default benchmarks/peers/fashion_mnist.py)")
+p.add_argument("--python", default=os.path.join(here, "..", "tests", "tools", "venv-python"),
+               help="the Python that runs the peer (default tests/tools/venv-python: scripts/python-env's)")
+p.add_argument("--peer-mode", choices=["eager", "compile", "both"], default="eager",
+               help="run the peer in eager mode, under torch.compile (--compile), or both")
 p.add_argument("--floor", type=timed_build.program,
                help="the torch_floor program (benchmarks/torch_floor.cpp), for the startup floor")
 p.add_argument("--steps", type=int, default=300)
@@ -63,12 +72,17 @@ idle.add_argument(p)
 args = p.parse_args()
 if args.steps < 1 or args.repeats < 1:
     sys.exit("vs_peer.py: --steps and --repeats must be at least 1")
-for path in [args.example, args.peer] + [x for x in (args.floor, args.baseline) if x]:
+for path in [args.example] + [x for x in (args.floor, args.baseline) if x]:
     if not os.path.exists(path):
         sys.exit("vs_peer.py: %s does not exist; build it first (cmake --build build --target bench_vs_peer)" % path)
+if not os.path.isfile(args.peer):
+    sys.exit("vs_peer.py: --peer %s does not exist" % args.peer)
+if not os.access(args.python, os.X_OK):
+    sys.exit("vs_peer.py: --python %s is not a program (scripts/python-env makes the default)" % args.python)
 
 env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
 GLOBAL_BATCH = 128
+PEER_MODES = ["eager", "compile"] if args.peer_mode == "both" else [args.peer_mode]
 
 
 def tree(pid):
@@ -177,11 +191,13 @@ throughput = {}
 idle.wait(args.allow_load)
 for model in args.models.split(","):
     for workers in [int(w) for w in args.workers.split(",")]:
-        runs = {k: [] for k in ("peer", "dtrain", "limit", "concurrent", "single", "floor", "baseline")}
+        runs = {k: [] for k in ("dtrain", "limit", "concurrent", "single", "floor", "baseline")}
+        peer_runs = {mode: [] for mode in PEER_MODES}
         for _ in range(args.repeats):
-            runs["peer"].append(run(["/usr/bin/python3", args.peer, "--model", model, "--workers", str(workers),
-                                     "--global-batch", str(GLOBAL_BATCH), "--max-steps", str(args.steps),
-                                     "--threads-per-worker", "1"]))
+            for mode in PEER_MODES:
+                peer_runs[mode].append(run([args.python, args.peer, "--model", model, "--workers", str(workers),
+                                            "--global-batch", str(GLOBAL_BATCH), "--max-steps", str(args.steps),
+                                            "--threads-per-worker", "1"] + (["--compile"] if mode == "compile" else [])))
             runs["dtrain"].append(dtrain_run(args.example, model, workers, GLOBAL_BATCH, memory=True))
             if workers > 1:
                 runs["limit"].append(dtrain_run(args.example, model, 1, GLOBAL_BATCH // workers))
@@ -191,9 +207,16 @@ for model in args.models.split(","):
                 runs["floor"].append(run([args.floor, "--model", model, "--batch", str(GLOBAL_BATCH // workers)]))
             if args.baseline:
                 runs["baseline"].append(dtrain_run(args.baseline, model, workers, GLOBAL_BATCH))
-        ours, peer = median(runs["dtrain"], "train_samples_per_s"), median(runs["peer"], "train_samples_per_s")
+        # The peer's figures are those of its faster mode (by median throughput).
+        by_mode = {mode: median(rs, "train_samples_per_s") for mode, rs in peer_runs.items()}
+        fastest = max(by_mode, key=by_mode.get)
+        runs["peer"] = peer_runs[fastest]
+        ours, peer = median(runs["dtrain"], "train_samples_per_s"), by_mode[fastest]
         throughput[(model, workers)] = (peer, ours)
-        line = "%-4s %d worker(s): samples/s dtrain %8.0f | peer %8.0f (x%.2f)" % (model, workers, ours, peer, ours / peer)
+        line = "%-4s %d worker(s): samples/s dtrain %8.0f | peer %8.0f %s (x%.2f)" % (
+            model, workers, ours, peer, fastest, ours / peer)
+        if len(by_mode) > 1:
+            line += " [peer %s]" % ", ".join("%s %.0f" % (mode, sps) for mode, sps in by_mode.items())
         if runs["limit"]:
             limit = workers * median(runs["limit"], "train_samples_per_s")
             concurrent = median(runs["concurrent"], "train_samples_per_s")

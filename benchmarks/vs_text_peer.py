@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
-"""examples/text_classifier against ../shared/peers/text_peer.py, side by side in one run.
+"""examples/text_classifier against the Python peer benchmarks/peers/text.py, side by side in one run.
 
     benchmarks/vs_text_peer.py --data DIR [--example build/examples/text_classifier]
-                               [--peer ../shared/peers/text_peer.py] [--models transformer,bag]
+                               [--peer benchmarks/peers/text.py] [--python tests/tools/venv-python]
+                               [--peer-mode eager|compile|both] [--models transformer,bag]
                                [--repeats 3] [--pick median|best] [--workers 2] [--global-batch 64]
                                [--epochs 1] [--max-steps 0] [--max-len 128] [--vocab 20000] [--seed 0]
                                [--threads-per-worker 1] [--loader-threads 2] [--json FILE] [--allow-load]
@@ -15,6 +16,9 @@ lowest times) of its runs; the table gives the ratios the issue sets targets for
 samples/s dtrain / peer (>= 1.5) and pipeline speed peer_s / dtrain_s (>= 3). Accuracy and F1 are
 printed beside the majority-class baseline of holdout.csv; the two must agree closely, since both
 do the same work (same split, vocabulary, model and optimiser) from different random initialisations.
+The peer runs with --python (the environment of scripts/python-env, torch 2.x) in eager mode, under
+torch.compile (its compilation counts in its loop), or both (--peer-mode both: the "peer" column is
+the faster mode, by the picked training throughput; the table's heading gives each mode's).
 Each run records the other processes' share of the machine (benchmarks/idle.py): the script waits
 for a quiet machine first, and exits 3 after printing when a run was loaded (--allow-load: marked).
 """
@@ -33,9 +37,12 @@ p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDes
 p.add_argument("--data", required=True, help="a directory holding dataset.csv and holdout.csv")
 p.add_argument("--example", type=timed_build.program,
                default=os.path.join(here, "..", "build", "examples", "text_classifier"))
-# ../shared beside the repository (/work/main), or beside a worktree's parent (/work/wt/NAME).
-peers = [os.path.normpath(os.path.join(here, *up, "shared", "peers", "text_peer.py")) for up in (["..", ".."], ["..", "..", ".."])]
-p.add_argument("--peer", default=next((c for c in peers if os.path.isfile(c)), peers[0]))
+p.add_argument("--peer", default=os.path.join(here, "peers", "text.py"),
+               help="the Python peer (default benchmarks/peers/text.py)")
+p.add_argument("--python", default=os.path.join(here, "..", "tests", "tools", "venv-python"),
+               help="the Python that runs the peer (default tests/tools/venv-python: scripts/python-env's)")
+p.add_argument("--peer-mode", choices=["eager", "compile", "both"], default="eager",
+               help="run the peer in eager mode, under torch.compile (--compile), or both")
 p.add_argument("--models", default="transformer,bag")
 p.add_argument("--repeats", type=int, default=3)
 p.add_argument("--pick", choices=["median", "best"], default="median")
@@ -60,7 +67,9 @@ if not os.path.isfile(args.example):
     sys.exit("vs_text_peer: --example %s does not exist; build it: cmake --build build --target text_classifier"
              % args.example)
 if not os.path.isfile(args.peer):
-    sys.exit("vs_text_peer: --peer %s does not exist; pass the path of text_peer.py" % args.peer)
+    sys.exit("vs_text_peer: --peer %s does not exist" % args.peer)
+if not os.access(args.python, os.X_OK):
+    sys.exit("vs_text_peer: --python %s is not a program (scripts/python-env makes the default)" % args.python)
 
 env = dict(os.environ, OPENBLAS_NUM_THREADS=str(args.threads_per_worker), OMP_NUM_THREADS=str(args.threads_per_worker))
 env.pop("TEXT_CLASSIFIER_START", None)  # the example's start time is its own, not an inherited one
@@ -107,9 +116,12 @@ record = {"args": vars(args), "runs": {}, "picked": {}}
 idle.wait(args.allow_load)
 for model in args.models.split(","):
     flags = ["--model", model] + common
-    peer, ours = [], []
+    modes = ["eager", "compile"] if args.peer_mode == "both" else [args.peer_mode]
+    peers, ours = {mode: [] for mode in modes}, []
     for i in range(args.repeats):
-        peer.append(run(["/usr/bin/python3", args.peer] + flags))
+        for mode in modes:
+            peers[mode].append(run([args.python, args.peer] + flags + (["--compile"] if mode == "compile" else [])))
+        peer = peers[modes[-1]]
         # A run directory of its own per run: an existing one would be resumed, not trained again.
         ours.append(run([args.example] + flags + ["--loader-threads", str(args.loader_threads),
                                                   "--storage-path", "/tmp/dtrain_text_bench",
@@ -118,13 +130,17 @@ for model in args.models.split(","):
               % (model, i + 1, args.repeats, peer[-1]["train_samples_per_s"], ours[-1]["train_samples_per_s"],
                  peer[-1]["pipeline_s"], ours[-1]["pipeline_s"], 100 * peer[-1]["load"]["others_share"],
                  100 * ours[-1]["load"]["others_share"]), flush=True)
+    by_mode = {mode: pick(rs, "train_samples_per_s", True) for mode, rs in peers.items()}
+    fastest = max(by_mode, key=by_mode.get)
+    peer = peers[fastest]
     for key in SAME:
         if peer[0].get(key) != ours[0].get(key):
             print("  note: %s differs: peer %s, dtrain %s" % (key, peer[0].get(key), ours[0].get(key)))
-    record["runs"][model] = {"peer": peer, "dtrain": ours}
-    picked = record["picked"][model] = {}
-    print("\n%s model, %d worker(s) x %d thread(s), global batch %d, %s of %d run(s) each, interleaved"
-          % (model, args.workers, args.threads_per_worker, args.global_batch, args.pick, args.repeats))
+    record["runs"][model] = {"peer": peer, "dtrain": ours, "peer_by_mode": peers}
+    picked = record["picked"][model] = {"peer_mode": fastest}
+    print("\n%s model, %d worker(s) x %d thread(s), global batch %d, %s of %d run(s) each, interleaved; peer: %s"
+          % (model, args.workers, args.threads_per_worker, args.global_batch, args.pick, args.repeats,
+             ", ".join("%s %.1f samples/s" % kv for kv in by_mode.items()) if len(by_mode) > 1 else fastest))
     print("| %-44s | %10s | %10s | %-26s |" % ("", "peer", "dtrain", "dtrain vs peer"))
     print("| %s | %s | %s | %s |" % ("-" * 44, "-" * 10, "-" * 10, "-" * 26))
     for key, label, higher in SPEED:

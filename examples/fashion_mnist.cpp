@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fashion-MNIST on N workers: the models, optimiser, batch and flags of the PyTorch DDP peer
-// (torch_ddp_peer.py, Python DDP over Gloo; benchmarks/vs_peer.py runs both), ending with one
+// (benchmarks/peers/fashion_mnist.py, Python DDP over Gloo; benchmarks/vs_peer.py runs both), ending with one
 // JSON line of the peer's keys.
 //
 //   fashion_mnist --workers 2 --model cnn --epochs 1

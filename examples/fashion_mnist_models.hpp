@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The Fashion-MNIST example's two models, the ones the PyTorch peer defines layer for layer
-// (torch_ddp_peer.py, Python DDP over Gloo). Shared with benchmarks/torch_floor.cpp, whose startup
+// (benchmarks/peers/fashion_mnist.py, Python DDP over Gloo). Shared with benchmarks/torch_floor.cpp, whose startup
 // floor runs the same first step without dtrain.
 #include <string>
 

@@ -150,7 +150,7 @@ int main(int argc, char** argv) try {
   const auto pretrained = model_directory(o);
 
   // The pipeline (every worker runs it, as the peer's driver does once): read, split, labels,
-  // tokenise. text_peer.py's split and label order: stratified by tag, the tags sorted.
+  // tokenise. benchmarks/peers/text.py's split and label order: stratified by tag, the tags sorted.
   const double t0 = now_s();
   const Rows rows(o.data_dir + "/dataset.csv");
   const Rows holdout(o.data_dir + "/holdout.csv");

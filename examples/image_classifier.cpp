@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Image-folder classification, the same work as the Python peer image_peer.py: ROOT/train and
+// Image-folder classification, the same work as the Python peer benchmarks/peers/images.py: ROOT/train and
 // ROOT/test read as torchvision's ImageFolder reads them (data::ImageFolder: files decoded on the
 // loader threads as PIL decodes them), RandomHorizontalFlip(0.5) drawn from the pipeline's
 // checkpointed generator, ToTensor + Normalize, torchvision's ResNet-18 (dtrain::nn::ResNet,

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Made-With-ML-style text classification on a CSV corpus (scripts/make-text-corpus), the same
-// work as the Python peer text_peer.py: title + description tokenised by a word-level vocabulary
+// work as the Python peer benchmarks/peers/text.py: title + description tokenised by a word-level vocabulary
 // fitted on the stratified training split, a transformer encoder (or a bag of embeddings) over the
 // padded ids, validation every epoch, the best checkpoint by val_loss, per-class precision /
 // recall / F1 on holdout.csv from that checkpoint, predictions for raw strings, and one JSON line

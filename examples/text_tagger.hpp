@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The text tagger of examples/text_classifier.cpp and examples/tune_text_classifier.cpp: the
-// Python peer's model (text_peer.py), a corpus's rows and their encoded batches.
+// Python peer's model (benchmarks/peers/text.py), a corpus's rows and their encoded batches.
 
 #include <chrono>
 #include <cstdint>

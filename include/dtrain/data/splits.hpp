@@ -70,7 +70,7 @@ SplitIndices random_split(std::int64_t n, double validation, double test, std::u
 /// Per label (labels sorted by name), its samples in index order shuffled with a fresh
 /// random.Random(seed), the first round(validation * count) to validation, the next
 /// round(test * count) to test, the rest to train: every part keeps each label's proportion.
-/// text_peer.py's split is stratified_split(tags, 0.2, 0, seed).
+/// benchmarks/peers/text.py's split is stratified_split(tags, 0.2, 0, seed).
 /// `labels`: any range of strings or string views (a vector, a CsvTable column).
 template <class Labels>
 SplitIndices stratified_split(const Labels& labels, double validation, double test, std::uint64_t seed) {
