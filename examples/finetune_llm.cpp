@@ -16,10 +16,14 @@
 //       [--weight-decay 0] [--r 8] [--alpha 16] [--dropout 0.05] [--targets q_proj,k_proj,...]
 //       [--checkpointing 1] [--seed 0] [--storage-path DIR] [--name NAME] [--resume 0]
 //       [--export-adapter DIR] [--export-merged DIR] [--generate PROMPT]... [--max-new-tokens 24]
+//       [--adapter DIR]
 //
 // DIR: a Hugging Face Llama, Mistral or Qwen2 directory (config.json, safetensors, tokenizer.json;
 // examples/make_llm.py makes a small one). --resume 1 continues the run --name from its newest
-// checkpoint, which must have been trained on the same base.
+// checkpoint, which must have been trained on the same base. --adapter DIR continues a PEFT adapter
+// directory (adapter_config.json, adapter_model.safetensors; from PEFT, or --export-adapter's)
+// instead of fresh adapters: its config replaces --r, --alpha, --dropout and --targets, and the
+// base of --model-dir is recorded for its checkpoints as for fresh ones.
 
 #include <dtrain/data/bpe_tokenizer.hpp>
 #include <dtrain/data/causal_lm.hpp>
@@ -55,7 +59,7 @@ double now_s() {
 }
 
 struct Options {
-  std::string model_dir, train, eval, storage = "llm_runs", name = "finetune_llm", export_adapter, export_merged;
+  std::string model_dir, train, eval, storage = "llm_runs", name = "finetune_llm", export_adapter, export_merged, adapter;
   int workers = 2, threads = 1;
   std::int64_t global_batch = 8, seq_len = 256, epochs = 1, max_steps = 0, r = 8, max_new_tokens = 24, seed = 0;
   double lr = 2e-4, weight_decay = 0, alpha = 16, dropout = 0.05;
@@ -102,6 +106,7 @@ Options parse(int argc, char** argv) {
     else if (f == "--export-merged") o.export_merged = v;
     else if (f == "--generate") o.prompts.push_back(v);
     else if (f == "--max-new-tokens") o.max_new_tokens = std::stoll(v);
+    else if (f == "--adapter") o.adapter = v;
     else throw std::invalid_argument("unknown flag " + f + "; see the usage at the top of examples/finetune_llm.cpp");
   }
   if (o.model_dir.empty() || o.train.empty() || o.eval.empty())
@@ -109,6 +114,8 @@ Options parse(int argc, char** argv) {
   if (o.workers < 1 || o.global_batch < o.workers || o.global_batch % o.workers)
     throw std::invalid_argument("--global-batch must be a positive multiple of --workers");
   if (o.epochs < 1 || o.max_steps < 0) throw std::invalid_argument("--epochs must be at least 1 and --max-steps at least 0");
+  if (!o.adapter.empty() && !fs::is_regular_file(fs::path(o.adapter) / "adapter_config.json"))
+    throw std::invalid_argument("--adapter " + o.adapter + ": no adapter_config.json (a PEFT adapter directory)");
   return o;
 }
 
@@ -152,7 +159,10 @@ int main(int argc, char** argv) try {
     torch::manual_seed(static_cast<std::uint64_t>(o.seed));
     Llm llm(config);
     nn::load_pretrained(llm, base);
-    nn::add_lora(*llm, lora);  // the base frozen; records its identity for the checkpoints
+    // The base frozen, its identity recorded for the checkpoints: fresh adapters, or a PEFT adapter
+    // continued.
+    if (o.adapter.empty()) nn::add_lora(*llm, lora);
+    else nn::load_peft_adapter(*llm, o.adapter, base);
     if (o.checkpointing) llm->gradient_checkpointing_enable();
     auto model = ctx.prepare_model(llm);
     auto params = ctx.parameters(model);

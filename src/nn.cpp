@@ -21,6 +21,7 @@
 #include <dtrain/nn/impl/lora.ipp>
 #include <dtrain/nn/impl/loss.ipp>
 #include <dtrain/nn/impl/packed.ipp>
+#include <dtrain/nn/impl/peft.ipp>
 #include <dtrain/nn/impl/pretrained.ipp>
 #include <dtrain/nn/impl/recompute.ipp>
 #include <dtrain/nn/impl/resnet.ipp>

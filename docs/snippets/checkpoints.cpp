@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 
 namespace snippets {
@@ -70,7 +71,20 @@ int run_then_predict() {
   std::getline(csv, header);
   std::getline(csv, first);
   std::cout << "batch: " << scored.samples << " predictions in " << scored.file.string() << ", the first "
-            << first.substr(0, first.find(',', first.find(',') + 1)) << "\n";
+            << first.substr(0, first.find(',', first.find(',') + 1)) << ", the job's record "
+            << (std::filesystem::exists("predictions/run/outcome.json") ? "in predictions/run" : "missing") << "\n";
+  // [later process]
+  // Another process, later: the run's record and its checkpoints, read back from the storage path.
+  const auto record = dtrain::Result::from_path("runs/fmnist");
+  const auto best = record.best_checkpoint();  // by the run's score, as it was kept
+  std::string why;
+  const auto opened = dtrain::checkpointer::Checkpoint::open(best->path(), &why);  // every file's size and CRC-32
+  if (!opened) throw std::runtime_error(why);  // why: the damaged file and field
+  Net later;
+  opened->load_model(later);  // as Predictor::from_checkpoint(best->path()) and batch_predict do
+  // [later process]
+  std::cout << "later: " << opened->path().filename().string() << " opened, test_accuracy "
+            << opened->metrics().at("test_accuracy").number() << "\n";
   return 0;
 }
 

@@ -140,7 +140,7 @@ int wordpiece() {
   const auto tokenizer = data::WordPieceTokenizer::from_directory(model_dir);
   const auto ids = tokenizer.encode("A DNS proxy");  // [CLS] a dns proxy [SEP]
   const auto pair = tokenizer.encoding("What is it?", "A disk quota.");  // .input_ids, .attention_mask, .token_type_ids
-  const auto batch = tokenizer.encode_batch(texts);  // on every core, padded as tokenizer.json says
+  const auto batch = tokenizer.encode_batch(texts);  // one encoding a text: batch[i].input_ids, ...; on every core, padded as tokenizer.json says
 
   // In a pipeline: ids per text, padded to the batch's longest with the vocabulary's [PAD].
   auto encode = data::map([&](const data::Row& row) {

@@ -20,6 +20,7 @@
 #include <dtrain/nn/lora_checkpoint.hpp>
 #include <dtrain/nn/loss.hpp>
 #include <dtrain/nn/packed.hpp>
+#include <dtrain/nn/peft.hpp>
 #include <dtrain/nn/recompute.hpp>
 #include <dtrain/nn/resnet.hpp>
 #include <dtrain/nn/vit.hpp>

@@ -231,6 +231,51 @@ TEST_CASE("lora_peft_adapters_load_both_ways_with_equal_logits", "[nn][python]")
   CHECK(nn::lora_parameters(*narrow).empty());
   for (const auto& p : narrow->parameters()) CHECK(p.requires_grad());
   CHECK(error_of([&] { nn::load_peft_adapter(*narrow, dir.path / "missing"); }).find("adapter_config.json") != std::string::npos);
+
+  // Continuing a PEFT adapter: the base directory named is recorded as add_lora records
+  // LoraConfig::base_model (its checkpoints refuse another base, from_lora_checkpoint serves them:
+  // examples/CMakeLists.txt, example.finetune_llm.*peft*).
+  const auto llama_dir = dir.path / "llama";
+  const auto base_of = [&] {
+    nn::LlamaForCausalLM m(nn::LlamaConfig::from_pretrained(llama_dir));
+    nn::load_pretrained(m, llama_dir);
+    return m;
+  };
+  auto model = base_of();
+  const auto recorded = nn::load_peft_adapter(*model, dir.path / "llama_peft", llama_dir);
+  CHECK(recorded.base_model == llama_dir.string());
+  CHECK(nn::detail::lora_config_of(*model)->base_files == nn::base_model_files(llama_dir));
+  std::map<std::string, torch::Tensor> file_values;
+  for (auto& [name, p] : nn::lora_parameters(*model)) {
+    file_values[name] = p.detach().clone();
+    torch::NoGradGuard no_grad;
+    p.add_(1.0);
+  }
+  // Onto adapters of the same config: their values replaced by the file's, their base kept.
+  nn::load_peft_adapter(*model, dir.path / "llama_peft");
+  for (auto& [name, p] : nn::lora_parameters(*model)) CHECK(torch::equal(p, file_values.at(name)));
+  CHECK(nn::detail::lora_config_of(*model)->base_model == llama_dir.string());
+  // add_lora with the base, then the adapter: what a resumable run does.
+  auto added = base_of();
+  nn::add_lora(*added, recorded);
+  nn::load_peft_adapter(*added, dir.path / "llama_peft");
+  for (auto& [name, p] : nn::lora_parameters(*added)) CHECK(torch::equal(p, file_values.at(name)));
+  CHECK(nn::detail::lora_config_of(*added)->base_files == nn::base_model_files(llama_dir));
+  // Refused, the adapters left as they were: another base named than the one they were added on,
+  // and a file whose adapters have another rank.
+  const auto another_base = error_of([&] { nn::load_peft_adapter(*added, dir.path / "llama_peft", dir.path / "gpt2"); });
+  CHECK(another_base.find("added on the base model " + llama_dir.string() + ", not " + (dir.path / "gpt2").string()) !=
+        std::string::npos);
+  auto rank2 = base_of();
+  nn::add_lora(*rank2, {.r = 2, .target_modules = recorded.target_modules, .target_pattern = recorded.target_pattern});
+  nn::save_peft_adapter(*rank2, dir.path / "llama_rank2");
+  for (auto& [name, p] : nn::lora_parameters(*added)) {
+    torch::NoGradGuard no_grad;
+    p.add_(1.0);
+  }
+  const auto other_rank = error_of([&] { nn::load_peft_adapter(*added, dir.path / "llama_rank2"); });
+  CHECK(other_rank.find("its adapters have r 2") != std::string::npos);
+  for (auto& [name, p] : nn::lora_parameters(*added)) CHECK(torch::equal(p, file_values.at(name) + 1.0));
 }
 
 namespace {

@@ -96,9 +96,9 @@ TORCH_MODULE(Pixels);
 
 }  // namespace
 
-TEST_CASE("images: decode_image gives PIL's pixels bit for bit (PNG and JPEG grey colour alpha palette)", "[images]") {
+TEST_CASE("images: decode_image gives PIL's pixels bit for bit (PNG and JPEG grey colour alpha palette, 16-bit PNGs)", "[images]") {
   const auto& decode = references().manifest.at("decode");
-  REQUIRE(decode.size() == 14);
+  REQUIRE(decode.size() == 22);  // 8-bit and 16-bit PNGs, JPEGs, each as L and RGB
   for (const auto& e : decode) {
     const std::string file = e.at("file");
     const int channels = e.at("channels");
@@ -197,6 +197,15 @@ TEST_CASE("images: ImageFolder errors name the folder or file", "[images]") {
     CHECK_THAT(e, MessageContains({(root / "a" / "3.png").string()}));
   }
   CHECK(seen == 2);  // the first batch came through
+  // A PNG cut short (a copy interrupted): named a damaged PNG, not a file to rename.
+  {
+    std::ifstream in(references().dir / "images" / "rgb.png", std::ios::binary);
+    const std::string whole((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto cut = tmp / "cut.png";
+    std::ofstream(cut, std::ios::binary) << whole.substr(0, whole.size() / 2);
+    CHECK_THROWS_MATCHES(dd::decode_image(cut.string(), 3), dtrain::DataError,
+                         MessageContains({cut.string(), "a PNG file OpenCV cannot decode", "truncated or damaged"}));
+  }
   const dd::center_crop too_big{40, 20};
   CHECK_THROWS_MATCHES(too_big(bad[0]), dtrain::DataError,
                        MessageContains({(root / "a" / "1.png").string(), "37x23", "resize before cropping"}));

@@ -4,8 +4,8 @@
 
     image_reference.py OUT_DIR
 
-Writes images of every kind the C++ side reads (grey, RGB, RGBA, palette, grey+alpha PNG; grey
-and colour JPEG) under OUT_DIR/images, and under OUT_DIR/ref the raw bytes of:
+Writes images of every kind the C++ side reads (grey, RGB, RGBA, palette, grey+alpha PNG, and
+16-bit grey, grey+alpha, RGB and RGBA PNGs; grey and colour JPEG) under OUT_DIR/images, and under OUT_DIR/ref the raw bytes of:
   - PIL's Image.open(f).convert("L" | "RGB") of each (uint8, rows x cols x channels);
   - torchvision.transforms.Resize(size) of the converted PIL image (PIL's bilinear), and of the
     same as a uint8 tensor with antialias=True;
@@ -16,7 +16,9 @@ listed in OUT_DIR/manifest.json.
 """
 import json
 import os
+import struct
 import sys
+import zlib
 
 import numpy as np
 import torch
@@ -76,6 +78,35 @@ def main():
                                 "size": size if isinstance(size, list) else [size],
                                 "shape": list(pil.shape[:2]), "pil": save_ref(tag + ".pil.bin", pil),
                                 "tensor": save_ref(tag + ".tensor.bin", tensor.permute(1, 2, 0).numpy())})
+
+    # 16-bit PNGs of each colour type, written here (PIL writes 16-bit grey only): grey with values
+    # on both sides of 255 (PIL clips), grey+alpha, RGB and RGBA over the whole range (PIL keeps
+    # the high byte).
+    def png16(path, samples, colour_type):
+        h, w = samples.shape[:2]
+        rows = b"".join(b"\x00" + samples[y].astype(">u2").tobytes() for y in range(h))
+
+        def chunk(kind, data):
+            return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+        with open(path, "wb") as f:
+            f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, colour_type, 0, 0, 0)) +
+                    chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+    wide = {
+        "grey16.png": (rng.integers(0, 600, size=(13, 17)), 0),
+        "grey_alpha16.png": (rng.integers(0, 65536, size=(11, 9, 2)), 4),
+        "rgb16.png": (rng.integers(0, 65536, size=(12, 15, 3)), 2),
+        "rgba16.png": (rng.integers(0, 65536, size=(10, 7, 4)), 6),
+    }
+    for name, (samples, colour_type) in wide.items():
+        path = os.path.join(out, "images", name)
+        png16(path, samples.astype(np.uint16), colour_type)
+        for mode in ("L", "RGB"):
+            with open(path, "rb") as f:
+                a = np.asarray(Image.open(f).convert(mode))
+            entries.append({"file": path, "channels": 1 if mode == "L" else 3, "shape": list(a.shape[:2]),
+                            "ref": save_ref("%s.%s.bin" % (name, mode), a)})
 
     mean, std = [0.4, 0.5, 0.6], [0.2, 0.25, 0.3]
     with open(os.path.join(out, "images", "rgb.png"), "rb") as f:

@@ -17,11 +17,13 @@
 #error "<dtrain/data/image.hpp> and <dtrain/data/image_folder.hpp> need OpenCV (Debian: apt-get install libopencv-dev): link the CMake target dtrain::images, which dtrain defines when find_package(OpenCV COMPONENTS core imgcodecs imgproc) succeeds"
 #endif
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <initializer_list>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -196,12 +198,47 @@ inline cv::Mat pil_resize(const cv::Mat& in, int out_h, int out_w, Resample filt
 
 inline std::string size_text(const cv::Mat& m) { return std::to_string(m.rows) + "x" + std::to_string(m.cols); }
 
+// The image format a file's first bytes announce ("" for none): a file that announces one and
+// does not decode is damaged, not misnamed.
+inline std::string image_signature(const std::vector<std::uint8_t>& b) {
+  const auto starts = [&](std::initializer_list<int> sig) {
+    if (b.size() < sig.size()) return false;
+    std::size_t i = 0;
+    for (int v : sig) {
+      if (v >= 0 && b[i] != v) return false;  // -1: any byte
+      ++i;
+    }
+    return true;
+  };
+  if (starts({0x89, 'P', 'N', 'G', 0x0d, 0x0a, 0x1a, 0x0a})) return "PNG";
+  if (starts({0xff, 0xd8, 0xff})) return "JPEG";
+  if (starts({'B', 'M'})) return "BMP";
+  if (starts({'R', 'I', 'F', 'F', -1, -1, -1, -1, 'W', 'E', 'B', 'P'})) return "WebP";
+  if (starts({'I', 'I', 42, 0}) || starts({'M', 'M', 0, 42})) return "TIFF";
+  return "";
+}
+
+// A 16-bit image as PIL reads it into 8 bits: grey (PIL's mode "I") converts by clipping to
+// 0..255; grey+alpha, RGB and RGBA (PIL's rawmodes "LA;16B", "RGB;16B", "RGBA;16B") keep each
+// sample's high byte.
+inline cv::Mat pil_8_bits(const cv::Mat& wide) {
+  cv::Mat out(wide.rows, wide.cols, CV_MAKETYPE(CV_8U, wide.channels()));
+  const int n = wide.cols * wide.channels();
+  for (int y = 0; y < wide.rows; ++y) {
+    const auto* s = wide.ptr<std::uint16_t>(y);
+    auto* d = out.ptr<std::uint8_t>(y);
+    for (int x = 0; x < n; ++x)
+      d[x] = wide.channels() == 1 ? static_cast<std::uint8_t>(std::min<unsigned>(s[x], 255u)) : static_cast<std::uint8_t>(s[x] >> 8);
+  }
+  return out;
+}
 }  // namespace detail
 
 /// The 8-bit image in the file at `path` with 1 channel (PIL's convert("L")) or 3 (convert("RGB")).
 /// Any format OpenCV's imgcodecs reads (PNG, JPEG, BMP, PPM/PGM, TIFF, WebP); EXIF orientation is
-/// not applied (PIL does not either). DataError naming the file when it cannot be read, is not an
-/// image OpenCV decodes, or has more than 8 bits per channel (PIL's 16-bit conversions clip).
+/// not applied (PIL does not either). 16-bit images come to 8 bits as PIL's do (16-bit grey
+/// clipped to 0..255, the other kinds' high bytes). DataError naming the file when it cannot be
+/// read, is not an image OpenCV decodes (a damaged one named so), or has another sample type.
 inline cv::Mat decode_image(const std::string& path, int channels) {
   if (channels != 1 && channels != 3)
     throw ConfigError("decode_image: channels must be 1 (grey) or 3 (RGB), got " + std::to_string(channels));
@@ -212,16 +249,25 @@ inline cv::Mat decode_image(const std::string& path, int channels) {
   if (!in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size())))
     throw DataError(path + ": cannot be read (" + std::strerror(errno) + ")");
   cv::Mat raw;
+  std::string opencv_says;
   try {
     if (!bytes.empty()) raw = cv::imdecode(bytes, cv::IMREAD_UNCHANGED);
   } catch (const cv::Exception& e) {
-    throw DataError(path + ": OpenCV failed to decode it (" + e.what() + ")");
+    opencv_says = std::string(", OpenCV: ") + e.what();
   }
-  if (raw.empty())
-    throw DataError(path + ": not an image OpenCV can decode (" + std::to_string(bytes.size()) +
-                    " bytes); remove it from the folder or give it a name without an image extension");
+  if (raw.empty()) {
+    const auto format = detail::image_signature(bytes);
+    if (!format.empty())
+      throw DataError(path + ": a " + format + " file OpenCV cannot decode (" + std::to_string(bytes.size()) + " bytes" +
+                      opencv_says + "): truncated or damaged; copy it again from its source, or remove it from the folder");
+    throw DataError(path + ": not an image (" + std::to_string(bytes.size()) + " bytes, no image format's signature" +
+                    opencv_says + "); remove it from the folder");
+  }
+  if (raw.depth() == CV_16U) raw = detail::pil_8_bits(raw);
   if (raw.depth() != CV_8U)
-    throw DataError(path + ": has more than 8 bits per channel; only 8-bit images are read (convert it first)");
+    throw DataError(path + ": an image of " + std::to_string(8 * raw.elemSize1()) + "-bit " +
+                    (raw.depth() == CV_32F || raw.depth() == CV_64F ? "floating-point" : "integer") +
+                    " samples; 8- and 16-bit images are read (convert it first)");
   return detail::pil_convert(raw, channels, path);
 }
 

@@ -126,6 +126,10 @@ template <class Model, class... Policies, class MakePredictor, class Score>
 BatchPredictions run_job(const std::filesystem::path& checkpoint, std::int64_t samples, MakePredictor make_predictor,
                          Score score, const BatchPredictConfig& config, const ScalingConfig& scaling, RunConfig run) {
   config.validate();
+  if (run.storage_path == RunConfig{}.storage_path && run.name == RunConfig{}.name) {
+    run.storage_path = config.output;  // the job's own run record, beside its predictions
+    run.name = "run";
+  }
   if (!launch::detect_worker()) claim_output(config, checkpoint, samples);  // the driver, once
   using Job = Trainer<Model, SampleCount, Policies...>;
   Job job(scaling, std::move(run));
@@ -176,11 +180,13 @@ BatchPredictions run_job(const std::filesystem::path& checkpoint, std::int64_t s
 
 /// Scores every sample of `data` (a data::RandomAccess dataset, such as a test split) with the model
 /// of `checkpoint`, built from its model_config.json, on ScalingConfig::num_workers workers.
-/// The class names are the checkpoint's `config.labels` LabelEncoder when it holds one.
+/// The class names are the checkpoint's `config.labels` LabelEncoder when it holds one. The job's
+/// run record (its progress, outcome and failures) goes to `run`'s directory; left at RunConfig's
+/// defaults, to `config.output / "run"`.
 template <class Model, class... Policies, data::RandomAccess Dataset>
 BatchPredictions batch_predict(const std::filesystem::path& checkpoint, const Dataset& data,
                                const BatchPredictConfig& config, const ScalingConfig& scaling = {},
-                               RunConfig run = {.name = "batch_predict"}) {
+                               RunConfig run = {}) {
   auto make = [&] {
     auto p = Predictor<Model>::from_checkpoint(checkpoint);  // verifies every file's CRC-32
     if (!config.class_names.empty()) {
@@ -209,7 +215,7 @@ BatchPredictions batch_predict(const std::filesystem::path& checkpoint, const Da
 template <class Model, class... Policies, InputsFromCheckpoint Inputs>
 BatchPredictions batch_predict(const std::filesystem::path& checkpoint, const std::vector<std::string>& raw,
                                const Inputs& inputs, const BatchPredictConfig& config,
-                               const ScalingConfig& scaling = {}, RunConfig run = {.name = "batch_predict"}) {
+                               const ScalingConfig& scaling = {}, RunConfig run = {}) {
   auto make = [&] { return Predictor<Model>::from_checkpoint(checkpoint, inputs); };
   auto score = [&](Predictor<Model>& p, std::int64_t first, std::int64_t count) {
     return p.predict(std::vector<std::string>(raw.begin() + first, raw.begin() + first + count)).probabilities();

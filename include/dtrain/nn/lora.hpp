@@ -62,35 +62,12 @@ std::vector<std::pair<std::string, torch::Tensor>> lora_parameters(const torch::
 /// frozen. Returns how many layers were merged.
 std::size_t merge_lora(torch::nn::Module& model);
 
-struct PeftAdapterOptions {
-  /// adapter_config.json's base_model_name_or_path: the base's hub name or directory.
-  std::string base_model_name_or_path = "";
-  /// adapter_config.json's task_type ("CAUSAL_LM", "SEQ_CLS", ...; "" writes null).
-  std::string task_type = "CAUSAL_LM";
-};
-
 /// The identity add_lora records for LoraConfig::base_model: config.json's and each weight file's
 /// (*.safetensors, *.bin, their index) size and CRC-32, as JSON text. ConfigError when `dir` holds
 /// no config.json or no weights file.
 std::string base_model_files(const std::filesystem::path& dir);
 
-/// Writes `model`'s adapters as a PEFT adapter directory: adapter_config.json and
-/// adapter_model.safetensors with PEFT's key names, which peft.PeftModel.from_pretrained(base, dir)
-/// loads. Error when the model has no adapter or the directory cannot be written.
-void save_peft_adapter(const torch::nn::Module& model, const std::filesystem::path& dir, const PeftAdapterOptions& options = {});
-
-/// Reads a PEFT LoRA adapter directory (adapter_config.json and adapter_model.safetensors, or
-/// adapter_model.bin), adds its adapters to `model` (add_lora) and loads their weights. Returns its
-/// config. Error naming the file and field for another PEFT method, options dtrain does not
-/// implement (DoRA, biases, modules_to_save, rank or alpha patterns), a tensor whose shape is not
-/// the layer's (an adapter of another base) or a missing or unexpected adapter tensor.
-LoraConfig load_peft_adapter(torch::nn::Module& model, const std::filesystem::path& dir);
-
 namespace detail {
-/// The LoraConfig of a PEFT adapter_config.json (a PEFT directory's, or a checkpoint's), with its
-/// base_model_name_or_path as base_model. Error naming the file and the field for another PEFT
-/// method or an option dtrain does not implement.
-LoraConfig read_lora_config(const std::filesystem::path& file);
 /// LoRA's dropout: `x` with each element zeroed with probability p and the rest scaled by
 /// 1 / (1 - p), in training. For a CPU float tensor the mask comes from one draw of the default
 /// CPU generator (so the same generator state gives the same mask, as recomputation needs);
@@ -101,6 +78,10 @@ torch::Tensor lora_dropout(const torch::Tensor& x, double p, bool training);
 }  // namespace nn
 
 DTRAIN_NAMESPACE_END
+
+// PEFT's adapter directories (save_peft_adapter, load_peft_adapter), after the declarations their
+// bodies use.
+#include <dtrain/nn/peft.hpp>
 
 #ifndef DTRAIN_SEPARATE_COMPILATION
 #include <dtrain/nn/impl/lora.ipp>

@@ -116,6 +116,10 @@ DTRAIN_INLINE void Checkpoint::check_adapter_base(const torch::nn::Module& m) co
       break;
     }
   if (differs.empty()) differs = "it has other files";
+  if (std::filesystem::path(base).lexically_normal() == std::filesystem::path(ours->base_model).lexically_normal())
+    throw ConfigError(path_.string() + ": its LoRA adapters were trained on the base model " + base +
+                      ", whose files have changed since: " + differs + ". Adapters fit only the weights they were "
+                      "trained on; restore that base's files (or train the adapters again on these)");
   throw ConfigError(path_.string() + ": its LoRA adapters were trained on the base model " + base + " and this model's base (" +
                     ours->base_model + ") is another: " + differs + ". Adapters fit only the weights they were trained "
                     "on; load that base (or train the adapters again on this one)");
