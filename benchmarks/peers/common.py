@@ -100,6 +100,9 @@ def _entry(rank, worker, args, port, queue, extra):
     except UserError as e:
         print("%s: %s" % (os.path.basename(sys.argv[0]), e), file=sys.stderr, flush=True)
         os._exit(2)  # no traceback; the other ranks stop with this one
+    # Every rank leaves the group together: one that tore its connections down while rank 0 still
+    # evaluated alone made rank 0's Gloo abort ("terminate called without an active exception").
+    dist.barrier()
     dist.destroy_process_group()
 
 
