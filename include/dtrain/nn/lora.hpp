@@ -68,6 +68,8 @@ std::size_t merge_lora(torch::nn::Module& model);
 std::string base_model_files(const std::filesystem::path& dir);
 
 namespace detail {
+/// Takes `layer`'s adapter off, folding it into the base weight when `merge`.
+void remove_lora(LoraLayer& layer, bool merge);
 /// LoRA's dropout: `x` with each element zeroed with probability p and the rest scaled by
 /// 1 / (1 - p), in training. For a CPU float tensor the mask comes from one draw of the default
 /// CPU generator (so the same generator state gives the same mask, as recomputation needs);

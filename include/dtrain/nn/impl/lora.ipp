@@ -224,8 +224,7 @@ DTRAIN_INLINE std::vector<std::pair<std::string, torch::Tensor>> lora_parameters
 }
 
 namespace detail {
-// Takes `layer`'s adapter off, folding it into the base weight when `merge`.
-inline void remove_lora(LoraLayer& layer, bool merge) {
+DTRAIN_INLINE void remove_lora(LoraLayer& layer, bool merge) {
   if (merge) {
     torch::NoGradGuard no_grad;
     auto w = layer.weight_out_in();
