@@ -76,15 +76,28 @@ if [[ ${DTRAIN_IN_HOSTS:-} == 1 ]]; then
           >"$work/slurm/slurmd-$i.out" 2>&1 &
         daemons+=($!)
       done
-      trap 'kill "${daemons[@]}" 2>/dev/null; wait' EXIT
-      for _ in $(seq 100); do # both nodes idle: the daemons registered
-        [[ $("$root/scripts/netns-hosts" on 0 -- sinfo -h -o %t 2>/dev/null) == idle ]] && break
+      # SIGKILL: the daemons' state is the test's to throw away, and a slurmd ending its job steps
+      # must not keep this script waiting (netns-hosts kills what they left inside the hosts).
+      trap 'kill -9 "${daemons[@]}" 2>/dev/null; wait' EXIT
+      # Both nodes idle: the daemons registered. Every step has a deadline, so that a cluster that
+      # does not come up fails with its logs instead of running into CTest's timeout.
+      deadline=$((SECONDS + 90))
+      until [[ $("$root/scripts/netns-hosts" on 0 -- timeout 10 sinfo -h -o %t 2>/dev/null) == idle ]]; do
+        if ((SECONDS > deadline)); then
+          echo "launchers.sh: the Slurm nodes were not both idle within 90 s:" >&2
+          "$root/scripts/netns-hosts" on 0 -- timeout 10 sinfo -N -l >&2 || true
+          exit 1
+        fi
         sleep 0.2
       done
-      "$root/scripts/netns-hosts" on 0 -- timeout 240 srun --nodes 2 --ntasks-per-node 2 \
+      # srun forwards the SIGTERM to the tasks and waits for them: SIGKILL 15 s later.
+      status=0
+      "$root/scripts/netns-hosts" on 0 -- timeout -k 15 240 srun --nodes 2 --ntasks-per-node 2 \
         --export=ALL,MASTER_ADDR=dtrain-host0,MASTER_PORT=29512 \
-        "$bin" "${args[@]}" --workers 4 --storage-path "$work/launched" --name ref >"$work/srun.log" 2>&1
-      exit $?
+        "$bin" "${args[@]}" --workers 4 --storage-path "$work/launched" --name ref >"$work/srun.log" 2>&1 ||
+        status=$?
+      ((status == 124 || status == 137)) && echo "launchers.sh: srun did not finish within 240 s" >&2
+      exit $status
       ;;
     *) echo "launchers.sh: the launcher must be torchrun or mpirun, not $launcher" >&2; exit 2 ;;
   esac
@@ -99,16 +112,19 @@ cd "$work"
 # Adam turns into differences far above 1e-5).
 reference_shm=1
 [[ ${DTRAIN_HIERARCHICAL:-1} == 0 ]] && reference_shm=0
-DTRAIN_SHARED_MEMORY=$reference_shm "$bin" "${args[@]}" --workers 4 --storage-path "$work/one_host" --name ref >"$work/one_host.log" 2>&1 ||
+DTRAIN_SHARED_MEMORY=$reference_shm timeout -k 10 240 "$bin" "${args[@]}" --workers 4 --storage-path "$work/one_host" --name ref >"$work/one_host.log" 2>&1 ||
   { cat "$work/one_host.log"; echo "launchers.sh: the one-host reference run failed" >&2; exit 1; }
 
+# A deadline under CTest's 600 s, so that a launcher that hangs fails with its logs below; netns-hosts
+# takes SIGTERM by killing what runs inside its hosts and removing them.
 set +e
-DTRAIN_IN_HOSTS=1 "$root/scripts/netns-hosts" --hosts 2 -- "$self" "$launcher" "$bin" "$work"
+DTRAIN_IN_HOSTS=1 timeout -k 20 420 "$root/scripts/netns-hosts" --hosts 2 -- "$self" "$launcher" "$bin" "$work"
 status=$?
 set -e
 [[ $status == 77 ]] && exit 77
 if [[ $status != 0 ]]; then
-  tail -n 30 "$work"/host*.log "$work"/mpirun.log "$work"/srun.log "$work"/slurm/*.out 2>/dev/null || true
+  tail -n 30 "$work"/host*.log "$work"/mpirun.log "$work"/srun.log "$work"/slurm/*.out "$work"/slurm/*.log 2>/dev/null || true
+  [[ $status == 124 || $status == 137 ]] && echo "launchers.sh: the $launcher run did not end within 420 s" >&2
   echo "launchers.sh: the $launcher run across 2 hosts failed (status $status)" >&2
   exit 1
 fi
