@@ -9,6 +9,7 @@
 #include <dtrain/data/detail/impl/bert_text.ipp>
 #include <dtrain/data/detail/impl/bpe_model.ipp>
 #include <dtrain/data/detail/impl/bpe_text.ipp>
+#include <dtrain/data/detail/impl/regex.ipp>
 #include <dtrain/data/detail/impl/wordpiece_impl.ipp>
 #include <dtrain/data/impl/bpe_tokenizer.ipp>
 #include <dtrain/data/impl/causal_lm.ipp>

@@ -178,6 +178,54 @@ TEST_CASE("BpeTokenizer's scanners split as GPT-2's and Llama 3's patterns do", 
   CHECK(pieces(P::gpt2, "").empty());
 }
 
+TEST_CASE("BpeTokenizer runs other patterns through PCRE2, with Oniguruma's classes", "[data][bpe]") {
+  using S = std::vector<std::string>;
+  using Keep = bpe::Splitter::Keep;
+  const auto split = [](const char* re, Keep keep, std::string_view text) {
+    bpe::Splitter s;
+    s.regex = std::make_shared<const d::data::detail::Regex>(re);
+    s.keep = keep;
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> ranges;
+    s.pieces(text, ranges);
+    S out;
+    for (const auto& [b, e] : ranges) out.emplace_back(text.substr(b, e - b));
+    return out;
+  };
+  // tokenizers' behaviors: Isolated keeps the matches and what lies between them, Removed what lies
+  // between, Removed inverted (CLIP's) the matches.
+  CHECK(split("\\d+", Keep::all, "ab12cd3") == S{"ab", "12", "cd", "3"});
+  CHECK(split("\\d+", Keep::gaps, "ab12cd3") == S{"ab", "cd"});
+  CHECK(split("\\d+", Keep::matches, "ab12cd3") == S{"12", "3"});
+  // Oniguruma's classes, not PCRE2's: U+1C89 is a letter (Unicode 16), U+180E is not \s and U+0085
+  // is, superscript two is \w.
+  CHECK(split("\\p{L}+", Keep::matches, "a\u1C89b c") == S{"a\u1C89b", "c"});
+  CHECK(split("\\s+", Keep::gaps, "a\u180Eb\u0085c") == S{"a\u180Eb", "c"});
+  CHECK(split("\\w+", Keep::matches, "x\u00b2 y") == S{"x\u00b2", "y"});
+  CHECK(split("[^\\s\\p{L}]+", Keep::matches, "a\u1C89!?") == S{"!?"});
+  // An empty match moves on one character; bytes that are not UTF-8 never match.
+  CHECK(split("x*", Keep::matches, "axxb") == S{"xx"});
+  CHECK(split("[^a]+", Keep::matches, "a\xff"
+                                       "b") == S{"b"});
+
+  // Through a tokenizer.json: a Split on a string is that string, its punctuation literal.
+  auto j = llama3_json();
+  auto& step = j["pre_tokenizer"]["pretokenizers"][0];
+  step = {{"type", "Split"}, {"pattern", {{"String", "."}}}, {"behavior", "Isolated"}, {"invert", false}};
+  CHECK(Tokenizer::from_json(j).encode("abc.abc", false) == Ids{kAbc, '.', kAbc});
+  step = {{"type", "Split"}, {"pattern", {{"String", "b"}}}, {"behavior", "Removed"}, {"invert", false}};
+  CHECK(Tokenizer::from_json(j).encode("abc", false) == Ids{'a', 'c'});
+  // CLIP's normalizers: Replace of a regular expression, then Lowercase (U+0130 becomes two characters).
+  j = llama3_json();
+  j["normalizer"] = {{"type", "Sequence"},
+                     {"normalizers",
+                      {{{"type", "Replace"}, {"pattern", {{"Regex", "\\s+"}}}, {"content", "b"}},
+                       {{"type", "Lowercase"}}}}};
+  CHECK(Tokenizer::from_json(j).encode("A \t\nC", false) == Ids{kAbc});
+  std::string lower;
+  bpe::lowercase("\u00c0B \u0130\xff", lower);
+  CHECK(lower == "\u00e0b i\u0307\xff");
+}
+
 TEST_CASE("BpeTokenizer's NFC composes as tokenizers' does", "[data][bpe]") {
   std::string out;
   const auto nfc = [&](std::string_view s) {
@@ -370,22 +418,28 @@ TEST_CASE("BpeTokenizer refuses files it cannot use and names them", "[data][bpe
     edit(j);
     return [j] { Tokenizer::from_json(j, "edited.json"); };
   };
-  CHECK_THROWS_MATCHES(
-      refused([](json& j) {
-        j["pre_tokenizer"] = {
-            {"type", "Split"}, {"pattern", {{"Regex", "\\w+|\\s+"}}}, {"behavior", "Isolated"}, {"invert", false}};
-      })(),
-      d::DataError, MessageContains({"edited.json", "Split pattern \"\\w+|\\s+\"", "GPT-2's"}));
-  CHECK_THROWS_MATCHES(
-      refused([](json& j) {
-        j["pre_tokenizer"] = {
-            {"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Isolated"}, {"invert", false}};
-      })(),
-      d::DataError, MessageContains({"Split on the string \" \""}));
+  const auto split = [](const char* kind, const char* pattern, const char* behavior = "Isolated") {
+    return [=](json& j) {
+      j["pre_tokenizer"] = {{"type", "Sequence"},
+                            {"pretokenizers",
+                             {{{"type", "Split"}, {"pattern", {{kind, pattern}}}, {"behavior", behavior}, {"invert", false}},
+                              {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+    };
+  };
+  CHECK_THROWS_MATCHES(refused(split("Regex", "(a|b"))(), d::DataError,
+                       MessageContains({"edited.json", "pre_tokenizer Split", "\"(a|b\" does not compile", "PCRE2"}));
+  CHECK_THROWS_MATCHES(refused(split("Regex", "[^\\S\\d]+"))(), d::DataError,
+                       MessageContains({"edited.json", "\\S inside a character class"}));
+  CHECK_THROWS_MATCHES(refused(split("Regex", "\\w+", "MergedWithPrevious"))(), d::DataError,
+                       MessageContains({"edited.json", "behavior \"MergedWithPrevious\"", "Isolated, or Removed"}));
   CHECK_THROWS_MATCHES(refused([](json& j) {
                          j["pre_tokenizer"] = {{"type", "Whitespace"}};
                        })(),
                        d::DataError, MessageContains({"pre_tokenizer \"Whitespace\" is not supported"}));
+  CHECK_THROWS_MATCHES(refused([](json& j) {
+                         j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"Regex", "a{2,1}"}}}, {"content", ""}};
+                       })(),
+                       d::DataError, MessageContains({"edited.json", "normalizer Replace", "does not compile"}));
   CHECK_THROWS_MATCHES(refused([](json& j) {
                          j["normalizer"] = {{"type", "NFKC"}};
                        })(),

@@ -13,6 +13,8 @@ own BpeTrainer on the corpus, in the flavours of the real ones:
            and right padding to a multiple of 8; and one trained with continuing_subword_prefix
            "##" and end_of_word_suffix "</w>";
   llama3   Split(Llama 3's pattern, Isolated) then ByteLevel(use_regex=False), ignore_merges,
+           (and the same with patterns BpeTokenizer runs through PCRE2: tiktoken's o200k, DeepSeek
+           V3's three Splits);
            Llama 3's special tokens added after the vocabulary, TemplateProcessing
            "<|begin_of_text|> $A"; a variant truncated on the left at 48 and padded on the left;
            and Qwen2's: the NFC normalizer, and its pattern (one digit a piece);
@@ -21,6 +23,10 @@ own BpeTrainer on the corpus, in the flavours of the real ones:
            pre-tokenizer (a text is one word: long words), "<s> $A", decoder Replace / ByteFallback
            / Fuse / Strip; a Mistral-like variant with a Metaspace pre-tokenizer and decoder; and
            one without <0xF0> and <0xE4>, whose emoji and CJK become one <unk> (fuse_unk).
+  clip     transformers' CLIPTokenizer built from a vocabulary and merges trained with CLIP's
+           stages (NFC, Replace of \s+, Lowercase; CLIP's Split, Removed and inverted, then
+           ByteLevel; </w> suffixes; RobertaProcessing), saved by save_pretrained; its ids must
+           equal tokenizers' of the same file, and so dtrain's.
 Texts: every row of CORPUS_DIR's dataset.csv and holdout.csv (title + " " + description), a list of
 hard cases and seeded random strings over Unicode. For each tokenizer and text: encode(text).ids,
 encode(text, add_special_tokens=False).ids, the padded encoding, encode_batch's row, decode(ids)
@@ -105,6 +111,16 @@ GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
           r"\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2 = LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
+# Patterns BpeTokenizer has no scanner for, run by PCRE2: tiktoken's o200k (GPT-4o), DeepSeek V3's
+# three splits, and CLIP's (the matches kept, the rest removed).
+O200K = "|".join([
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    r"\p{N}{1,3}", r" ?[^\s\p{L}\p{N}]+[\r\n/]*", r"\s*[\r\n]+", r"\s+(?!\S)", r"\s+"])
+DEEPSEEK3 = [r"\p{N}{1,3}", "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+             r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|"
+             r"\s*[\r\n]+|\s+(?!\S)|\s+"]
+CLIP = r"<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"
 
 
 def save(name, tok_or_json):
@@ -160,9 +176,10 @@ def train_affixes():
 
 def train_llama3(pattern, name):
     tok = Tokenizer(models.BPE(ignore_merges=True))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
+    patterns = pattern if isinstance(pattern, list) else [pattern]
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(p), behavior="isolated", invert=False) for p in patterns] +
+        [pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
     tok.train_from_iterator(train_texts, trainers.BpeTrainer(
         vocab_size=7000, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
@@ -231,6 +248,25 @@ def train_llama2():
         for t in ("<0xF0>", "<0xE4>"):
             del j["model"]["vocab"][t]
     return llama2_path, edit(path, "mistral_metaspace", mistral), edit(path, "llama2_unk", unknown)
+
+
+def train_clip():
+    """CLIP's tokenizer as transformers' CLIPTokenizer (the fast one) builds it from a vocabulary
+    and merges, trained here with CLIP's stages; saved by transformers' save_pretrained."""
+    from transformers import CLIPTokenizer
+    tok = Tokenizer(models.BPE(end_of_word_suffix="</w>"))
+    tok.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "),
+                                           normalizers.Lowercase()])
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(CLIP), behavior="removed", invert=True),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    tok.train_from_iterator(train_texts, trainers.BpeTrainer(
+        vocab_size=5000, special_tokens=["<|startoftext|>", "<|endoftext|>"], end_of_word_suffix="</w>",
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    model = json.loads(tok.to_str())["model"]
+    clip = CLIPTokenizer(vocab=model["vocab"], merges=[tuple(m) for m in model["merges"]])
+    directory = work / "clip"
+    clip.save_pretrained(str(directory))
+    return directory / "tokenizer.json", clip
 
 
 # --- comparison ----------------------------------------------------------------------------------
@@ -321,6 +357,20 @@ nfc_changes = sum(1 for t in texts if normalizers.NFC().normalize_str(t) != t)
 print("qwen2_nfc: NFC changes %d of the texts" % nfc_changes)
 if nfc_changes == 0:
     fail("qwen2_nfc: no text exercises NFC")
+o200k = train_llama3(O200K, "o200k")
+check("o200k", o200k, texts, expect_bos="<|begin_of_text|>")
+check("deepseek3", train_llama3(DEEPSEEK3, "deepseek3"), texts, expect_bos="<|begin_of_text|>")
+clip_path, clip = train_clip()
+check("clip", clip_path, texts, expect_bos="<|startoftext|>", expect_eos="<|endoftext|>")
+# What the text tower gets from transformers' CLIPTokenizer is what tokenizers gives for the file
+# check() compared dtrain with: CLIPTokenizer adds nothing to the ids.
+clip_ids = clip(texts)["input_ids"]
+clip_file = Tokenizer.from_file(str(clip_path)).encode_batch(texts)
+differ = sum(1 for a, b in zip(clip_ids, clip_file) if a != b.ids)
+if differ:
+    fail("clip: transformers' CLIPTokenizer and tokenizers differ on %d rows of the saved tokenizer.json" % differ)
+else:
+    print("ok clip: transformers' CLIPTokenizer gives the same ids as its tokenizer.json on %d rows" % len(texts))
 llama2, mistral, llama2_unk = train_llama2()
 check("llama2_byte_fallback", llama2, texts, expect_bos="<s>", expect_eos="</s>", must_see={"byte fallback": FALLBACK})
 check("mistral_metaspace", mistral, texts, expect_bos="<s>", expect_eos="</s>", must_see={"byte fallback": FALLBACK})

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -114,11 +115,12 @@ struct BpeModel {
 
   // --- Normalizer, pre-tokenizer, post-processor, decoder ------------------------------------
   struct Normalize {
-    enum Kind { prepend, replace, nfc } kind;
-    std::string text, by;  // prepend `text`; replace `text` by `by`
+    enum Kind { prepend, replace, nfc, lowercase } kind;
+    std::string text, by;                // prepend `text`; replace `text` (or `pattern`'s matches) by `by`
+    std::shared_ptr<const Regex> pattern;  // Replace of a Regex
   };
   std::vector<Normalize> normalizers;
-  std::vector<bpe::Pattern> splits;  // Split(Regex, Isolated) steps, in order
+  std::vector<bpe::Splitter> splits;  // the Split steps, in order
   bool byte_level_step = false, add_prefix_space = false, byte_level_regex = false;
   struct Metaspace {
     std::string replacement;

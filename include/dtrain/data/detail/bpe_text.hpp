@@ -2,13 +2,16 @@
 #pragma once
 // The text side of data::BpeTokenizer, as Hugging Face tokenizers does it: the character classes
 // of its regular expressions (bpe_tables.hpp, asked of tokenizers itself by
-// scripts/gen-bpe-tables), GPT-2's and Llama 3's split patterns written out as scanners over code
-// points (no regular expression engine), GPT-2's byte <-> printable character map, Rust's
-// String::from_utf8_lossy, and tokenizers' NFC. Included by dtrain/data/detail/bpe_model.hpp.
+// scripts/gen-bpe-tables), GPT-2's, Llama 3's and Qwen2's split patterns written out as scanners
+// over code points (the fast path), any other pattern through PCRE2 (regex.hpp), GPT-2's byte <->
+// printable character map, Rust's String::from_utf8_lossy, tokenizers' NFC and Lowercase.
+// Included by dtrain/data/detail/bpe_model.hpp.
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -16,6 +19,7 @@
 
 #include <dtrain/data/detail/bert_text.hpp>
 #include <dtrain/data/detail/bpe_tables.hpp>
+#include <dtrain/data/detail/regex.hpp>
 #include <dtrain/version.hpp>
 
 DTRAIN_NAMESPACE_BEGIN
@@ -38,7 +42,7 @@ std::uint8_t classes(char32_t cp);
 /// The character at s[i] (i < s.size()).
 Char char_at(std::string_view s, std::size_t i);
 
-/// The split patterns tokenizers' byte-level tokenizers use, and that BpeTokenizer reproduces.
+/// The split patterns of GPT-2, Llama 3 and Qwen2, which BpeTokenizer runs by hand-written scanners.
 enum class Pattern {
   gpt2,    // kGpt2Pattern
   llama3,  // kLlama3Pattern
@@ -55,6 +59,22 @@ inline constexpr std::string_view kQwen2Pattern =
 /// Isolated) gives: every match of the pattern, in order (the patterns match everywhere, so the
 /// pieces cover the text).
 void split(Pattern pattern, std::string_view text, std::vector<std::pair<std::uint32_t, std::uint32_t>>& out);
+
+/// A Split(pattern, behavior, invert) step of tokenizers' pre-tokenizer: one of the patterns above
+/// by its scanner, any other by PCRE2.
+struct Splitter {
+  std::optional<Pattern> scanner;
+  std::shared_ptr<const Regex> regex;
+  /// The pieces that stay, as tokenizers' behaviors give them: Isolated keeps the matches and what
+  /// lies between them, Removed what lies between them (inverted: the matches).
+  enum Keep { all, matches, gaps } keep = all;
+  /// Appends the [begin, end) byte ranges of `text`'s pieces, in order; empty pieces are dropped.
+  void pieces(std::string_view text, std::vector<std::pair<std::uint32_t, std::uint32_t>>& out) const;
+};
+
+/// Appends tokenizers' Lowercase of `text` (Rust's char::to_lowercase, character by character);
+/// bytes that are not UTF-8 are kept.
+void lowercase(std::string_view text, std::string& out);
 
 /// GPT-2's bytes_to_unicode: byte b as the printable character that stands for it in byte-level
 /// vocabularies (' ' is U+0120 'Ġ', '\n' U+010A 'Ċ'), as UTF-8.

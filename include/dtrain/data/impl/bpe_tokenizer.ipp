@@ -3,6 +3,7 @@
 // The bodies of bpe_tokenizer.hpp's functions (docs/packaging.md: header-only or compiled once):
 // reading a tokenizer.json into a detail::BpeModel, stage by stage, and the API around it.
 
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -42,6 +43,42 @@ inline std::optional<std::string> config_token(const json& config, const char* k
   return std::nullopt;
 }
 
+// A Split step: the three patterns BpeTokenizer has scanners for by them, any other by PCRE2.
+inline Splitter read_split(const BpeModel& m, const json& p) {
+  Splitter s;
+  const auto& pattern = p.at("pattern");
+  std::string re;
+  if (pattern.contains("String")) {  // a literal: a Regex with its ASCII punctuation escaped
+    for (const char c : pattern["String"].get<std::string>()) {
+      if (static_cast<unsigned char>(c) < 0x80 && !std::isalnum(static_cast<unsigned char>(c))) re.push_back('\\');
+      re.push_back(c);
+    }
+  } else {
+    re = pattern.at("Regex").get<std::string>();
+    s.scanner = re == kGpt2Pattern     ? std::optional(Pattern::gpt2)
+                : re == kLlama3Pattern ? std::optional(Pattern::llama3)
+                : re == kQwen2Pattern  ? std::optional(Pattern::qwen2)
+                                       : std::nullopt;
+  }
+  if (!s.scanner) {
+    try {
+      s.regex = std::make_shared<const Regex>(re);
+    } catch (const DataError& e) {
+      m.fail(std::string("pre_tokenizer Split: ") + e.what());
+    }
+  }
+  const auto behavior = p.value("behavior", "");
+  const bool invert = p.value("invert", false);
+  if (behavior == "Isolated")
+    s.keep = Splitter::all;
+  else if (behavior == "Removed")
+    s.keep = invert ? Splitter::matches : Splitter::gaps;
+  else
+    m.fail("pre_tokenizer Split with behavior " + p.value("behavior", json()).dump() +
+           " is not supported (Isolated, or Removed)");
+  return s;
+}
+
 inline void read_pre_tokenizer(BpeModel& m, const json& j) {
   std::vector<const json*> steps;
   const auto root = j.value("pre_tokenizer", json());  // steps point into it
@@ -51,24 +88,7 @@ inline void read_pre_tokenizer(BpeModel& m, const json& j) {
     const auto type = p.value("type", "");
     if (type == "Split") {
       if (m.byte_level_step) m.fail("pre_tokenizer: a Split after ByteLevel is not supported (ByteLevel comes last)");
-      const auto& pattern = p.at("pattern");
-      if (pattern.contains("String"))
-        m.fail("pre_tokenizer Split on the string " + pattern["String"].dump() +
-               " is not supported: BpeTokenizer knows the Regex patterns of GPT-2, Llama 3 and Qwen2");
-      const auto re = pattern.at("Regex").get<std::string>();
-      if (re == kGpt2Pattern)
-        m.splits.push_back(Pattern::gpt2);
-      else if (re == kLlama3Pattern)
-        m.splits.push_back(Pattern::llama3);
-      else if (re == kQwen2Pattern)
-        m.splits.push_back(Pattern::qwen2);
-      else
-        m.fail("pre_tokenizer Split pattern \"" + re + "\" is not one BpeTokenizer reproduces; it knows GPT-2's \"" +
-               std::string(kGpt2Pattern) + "\", Llama 3's \"" + std::string(kLlama3Pattern) +
-               "\" and Qwen2's (Llama 3's with \\p{N} for \\p{N}{1,3})");
-      if (p.value("behavior", "") != "Isolated" || p.value("invert", false))
-        m.fail("pre_tokenizer Split with behavior " + p.value("behavior", json()).dump() +
-               (p.value("invert", false) ? " inverted" : "") + " is not supported (Isolated, not inverted)");
+      m.splits.push_back(read_split(m, p));
     } else if (type == "ByteLevel") {
       if (m.byte_level_step) m.fail("pre_tokenizer has two ByteLevel steps");
       m.byte_level_step = true;
@@ -93,8 +113,7 @@ inline void read_pre_tokenizer(BpeModel& m, const json& j) {
       m.metaspace = ms;
     } else {
       m.fail("pre_tokenizer " + type_of(p) +
-             " is not supported (ByteLevel, Split with GPT-2's or Llama 3's pattern, Metaspace, a Sequence of them, or "
-             "null)");
+             " is not supported (ByteLevel, Split, Metaspace, a Sequence of them, or null)");
     }
   }
   m.byte_level = m.byte_level_step;
@@ -209,12 +228,22 @@ inline void read_normalizer(BpeModel& m, const json& j) {
       m.normalizers.push_back({BpeModel::Normalize::nfc, {}, {}});
     } else if (type == "Prepend") {
       m.normalizers.push_back({BpeModel::Normalize::prepend, n.at("prepend").get<std::string>(), {}});
+    } else if (type == "Lowercase") {
+      m.normalizers.push_back({BpeModel::Normalize::lowercase, {}, {}});
     } else if (type == "Replace" && n.at("pattern").contains("String")) {
       m.normalizers.push_back({BpeModel::Normalize::replace, n["pattern"]["String"].get<std::string>(),
                                n.at("content").get<std::string>()});
+    } else if (type == "Replace" && n["pattern"].contains("Regex")) {
+      BpeModel::Normalize r{BpeModel::Normalize::replace, {}, n.at("content").get<std::string>()};
+      try {
+        r.pattern = std::make_shared<const Regex>(n["pattern"]["Regex"].get<std::string>());
+      } catch (const DataError& e) {
+        m.fail(std::string("normalizer Replace: ") + e.what());
+      }
+      m.normalizers.push_back(std::move(r));
     } else {
-      m.fail("normalizer " + (type == "Replace" ? "Replace of the pattern " + n["pattern"].dump() : type_of(n)) +
-             " is not supported (NFC, Prepend, Replace of a string, a Sequence of them, or null)");
+      m.fail("normalizer " + type_of(n) +
+             " is not supported (NFC, Lowercase, Prepend, Replace, a Sequence of them, or null)");
     }
   }
 }

@@ -171,9 +171,24 @@ DTRAIN_INLINE void BpeModel::normalize(std::string_view text, std::string& out) 
     if (n.kind == Normalize::nfc) {
       bpe::nfc(out, next);
       out.swap(next);
+    } else if (n.kind == Normalize::lowercase) {
+      bpe::lowercase(out, next);
+      out.swap(next);
     } else if (n.kind == Normalize::prepend) {
       if (!out.empty()) out.insert(0, n.text);  // tokenizers' Prepend leaves an empty text empty
-    } else if (!n.text.empty()) {               // Replace: every occurrence, left to right
+    } else if (n.pattern) {                     // Replace of a Regex: every match, left to right
+      thread_local std::vector<std::pair<std::uint32_t, std::uint32_t>> found;
+      found.clear();
+      n.pattern->matches(out, found);
+      next.clear();
+      std::size_t from = 0;
+      for (const auto& [b, e] : found) {
+        next.append(out, from, b - from).append(n.by);
+        from = e;
+      }
+      next.append(out, from);
+      out.swap(next);
+    } else if (!n.text.empty()) {  // Replace of a string: every occurrence, left to right
       next.clear();
       std::size_t from = 0;
       for (auto at = out.find(n.text); at != std::string::npos; at = out.find(n.text, from)) {
@@ -222,7 +237,7 @@ DTRAIN_INLINE void BpeModel::split_from(std::size_t step, std::string_view text,
     if (stack.size() <= step) stack.resize(step + 1);
     auto pieces = std::move(stack[step]);  // split_from(step + 1) may use the deeper levels only
     pieces.clear();
-    bpe::split(splits[step], text, pieces);
+    splits[step].pieces(text, pieces);
     for (const auto& [b, e] : pieces) split_from(step + 1, text.substr(b, e - b), ids);
     stack[step] = std::move(pieces);
     return;

@@ -312,5 +312,45 @@ DTRAIN_INLINE void nfc(std::string_view s, std::string& out) {
   }
 }
 
+DTRAIN_INLINE void Splitter::pieces(std::string_view text,
+                                    std::vector<std::pair<std::uint32_t, std::uint32_t>>& out) const {
+  if (scanner && keep != gaps) return split(*scanner, text, out);  // its matches cover the text
+  if (scanner) return;
+  if (keep == matches) return regex->matches(text, out);
+  thread_local std::vector<std::pair<std::uint32_t, std::uint32_t>> found;
+  found.clear();
+  regex->matches(text, found);
+  std::uint32_t from = 0;
+  for (const auto& m : found) {
+    if (m.first > from) out.emplace_back(from, m.first);
+    if (keep == all) out.push_back(m);
+    from = m.second;
+  }
+  if (from < text.size()) out.emplace_back(from, static_cast<std::uint32_t>(text.size()));
+}
+
+DTRAIN_INLINE void lowercase(std::string_view text, std::string& out) {
+  out.clear();
+  out.reserve(text.size());
+  thread_local std::vector<char32_t> lower;
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x80) {
+      out.push_back(c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : static_cast<char>(c));
+      ++i;
+      continue;
+    }
+    const auto ch = char_at(text, i);
+    if (ch.cp > 0x10FFFF) {
+      out.push_back(text[i]);  // a byte that does not begin UTF-8 (char_at's invalid character)
+    } else {
+      lower.clear();
+      unicode::lower(ch.cp, lower);
+      for (const auto l : lower) unicode::put_utf8(l, out);
+    }
+    i += ch.bytes;
+  }
+}
+
 }  // namespace data::detail::bpe
 DTRAIN_NAMESPACE_END
