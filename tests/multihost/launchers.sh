@@ -90,9 +90,12 @@ if [[ ${DTRAIN_IN_HOSTS:-} == 1 ]]; then
         fi
         sleep 0.2
       done
-      # srun forwards the SIGTERM to the tasks and waits for them: SIGKILL 15 s later.
+      # A task that fails ends the step (--kill-on-bad-exit), and the others are ended 60 s after
+      # the first task ends (--wait; Slurm's default waits for ever). srun forwards a SIGTERM to
+      # the tasks and waits for them: SIGKILL 15 s later.
       status=0
       "$root/scripts/netns-hosts" on 0 -- timeout -k 15 240 srun --nodes 2 --ntasks-per-node 2 \
+        --kill-on-bad-exit=1 --wait=60 \
         --export=ALL,MASTER_ADDR=dtrain-host0,MASTER_PORT=29512 \
         "$bin" "${args[@]}" --workers 4 --storage-path "$work/launched" --name ref >"$work/srun.log" 2>&1 ||
         status=$?
