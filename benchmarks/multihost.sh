@@ -9,8 +9,9 @@
 # REPEATS times (default 2; RECOVERY_ONLY=1 skips them):
 #   dtrain_4x1   4 workers on one host, dtrain's own driver (samples/s from its JSON line)
 #   dtrain_2x2   2 hosts x 2 workers under torchrun (c10d), from rank 0's metrics.jsonl
-#   peer_4x1     the PyTorch DDP peer, its own spawn of 4 workers on one host
-#   peer_2x2     the peer's worker under torchrun, 2 hosts x 2 (benchmarks/peer_under_torchrun.py)
+#   peer_4x1     the PyTorch DDP peer (benchmarks/peers/fashion_mnist.py, the venv's torch), its own
+#                spawn of 4 workers on one host
+#   peer_2x2     the same peer under the venv's torchrun, 2 hosts x 2
 # recovery: 2 hosts x 2 workers under torchrun --nnodes 1:2 --max_restarts 1; once the first
 #   epoch's checkpoint is written, every process of host 1 is killed (SIGKILL); host 0's agent
 #   restarts its 2 workers alone from that checkpoint. recovery_s: from the kill to the restarted
@@ -20,17 +21,22 @@ set -euo pipefail
 bin=$(realpath "$1") work=$2 steps=${3:-300}
 self=$(realpath "$0")
 root=$(cd "$(dirname "$self")/.." && pwd)
-peer=${PEER:-$(realpath "$root/../../shared/peers/torch_ddp_peer.py" 2>/dev/null || echo /work/shared/peers/torch_ddp_peer.py)}
+venv_python=$root/tests/tools/venv-python # scripts/python-env's
+peer=$root/benchmarks/peers/fashion_mnist.py
 repeats=${REPEATS:-2}
 args=(--model mlp --global-batch 128 --max-steps "$steps" --threads-per-worker 1 --quiet)
+# dtrain's workers talk to the agent's store: torchrun of the torch whose LibTorch built the binary
+# (Debian's 1.13); the peer's, of the venv's torch.
 torchrun=(/usr/bin/python3 -m torch.distributed.run --nproc_per_node 2 --rdzv_backend c10d --redirects 2 --tee 2)
+peer_torchrun=("$venv_python" -m torch.distributed.run --nproc_per_node 2 --rdzv_backend c10d --redirects 2 --tee 2)
 
 if [[ ${DTRAIN_IN_HOSTS:-} == 1 ]]; then
   on() { "$root/scripts/netns-hosts" on "$@"; }
-  both() { # both hosts' agents, host 0 hosting the rendezvous; waits for both
-    local i pids=()
+  both() { # PORT COMMAND...: both hosts' agents, host 0 hosting the rendezvous; waits for both
+    local i pids=() agent=("${torchrun[@]}")
+    [[ ${PEER_AGENT:-} == 1 ]] && agent=("${peer_torchrun[@]}")
     for i in 0 1; do
-      on "$i" -- env GLOO_SOCKET_IFNAME=eth0 "${torchrun[@]}" --nnodes 2 --rdzv_endpoint "$DTRAIN_HOST_0:$1" \
+      on "$i" -- env GLOO_SOCKET_IFNAME=eth0 "${agent[@]}" --nnodes 2 --rdzv_endpoint "$DTRAIN_HOST_0:$1" \
         --rdzv_id "bench$1" --max_restarts 0 --no_python "${@:2}" >"$work/host$i-$1.log" 2>&1 &
       pids+=($!)
     done
@@ -54,10 +60,9 @@ if [[ ${DTRAIN_IN_HOSTS:-} == 1 ]]; then
     both $((port++)) "$bin" "${args[@]}" --workers 4 --storage-path "$work/r$r" --name two_hosts
     python3 -c 'import json,sys; rows=[json.loads(l) for l in open(sys.argv[1])]; print("MEASURE dtrain_2x2", round(rows[-1]["train_samples_per_s"], 1))' \
       "$work/r$r/two_hosts/metrics.jsonl"
-    on 0 -- /usr/bin/python3 "$peer" --model mlp --workers 4 --global-batch 128 --max-steps "$steps" \
+    on 0 -- "$venv_python" "$peer" --model mlp --workers 4 --global-batch 128 --max-steps "$steps" \
       | tail -n 1 | python3 -c 'import json,sys; print("MEASURE peer_4x1", json.load(sys.stdin)["train_samples_per_s"])'
-    both $((port++)) /usr/bin/python3 "$root/benchmarks/peer_under_torchrun.py" "$peer" --model mlp \
-      --global-batch 128 --max-steps "$steps"
+    PEER_AGENT=1 both $((port++)) "$venv_python" "$peer" --model mlp --workers 4 --global-batch 128 --max-steps "$steps"
     grep -h '^{' "$work"/host0-$((port - 1)).log | python3 -c 'import json,sys; print("MEASURE peer_2x2", json.loads(sys.stdin.readline())["train_samples_per_s"])'
   done
 

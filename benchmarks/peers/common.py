@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """What the three Python peers share: their common flags, the worker processes (spawned, one
-Gloo process group over 127.0.0.1), the timed training loop and the ONE JSON line they print.
+Gloo process group over 127.0.0.1; or one worker of a launcher's group, torchrun's across hosts),
+the timed training loop and the ONE JSON line they print.
 
 Import this module before anything imports torch: it sets OMP_NUM_THREADS and
 OPENBLAS_NUM_THREADS from --threads-per-worker (1 unless given) when they are not set already, so
@@ -91,6 +92,10 @@ def _entry(rank, worker, args, port, queue, extra):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # the hostname may resolve to another device
+    _work(rank, worker, args, queue, extra)
+
+
+def _work(rank, worker, args, queue, extra):
     torch.set_num_threads(args.threads_per_worker)
     dist.init_process_group("gloo", rank=rank, world_size=args.workers)
     try:
@@ -106,18 +111,42 @@ def _entry(rank, worker, args, port, queue, extra):
     dist.destroy_process_group()
 
 
+class _Rank0:  # under a launcher, rank 0's result stays in its process
+    result = None
+
+    def put(self, result):
+        self.result = result
+
+
 def run(worker, args, start, extra=()):
     """Runs worker(rank, args, *extra) in args.workers spawned processes, each in the process group,
     and returns rank 0's result (a dict) with wall_s (from `start`), torch's version and the mode
-    (eager or compile, unless the result names its own) added."""
-    queue = mp.get_context("spawn").SimpleQueue()
-    try:
-        mp.spawn(_entry, args=(worker, args, _free_port(), queue, tuple(extra)), nprocs=args.workers, join=True)
-    except mp.ProcessExitedException as e:
-        fail(os.path.basename(sys.argv[0]), "a worker stopped (exit status %s)" % e.exit_code)
-    except mp.ProcessRaisedException as e:
-        fail(os.path.basename(sys.argv[0]), "a worker failed:\n%s" % e)
-    result = queue.get()
+    (eager or compile, unless the result names its own) added. Under a launcher (torchrun, or
+    anything that sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT), this process is one worker
+    of the launcher's group, across hosts too (GLOO_SOCKET_IFNAME names the interface that reaches
+    the others); rank 0 returns the result, the other ranks None."""
+    prog = os.path.basename(sys.argv[0])
+    if "RANK" in os.environ:
+        missing = [v for v in ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ]
+        if missing:
+            fail(prog, "RANK is set but %s is not: run it under torchrun, or unset RANK" % ", ".join(missing))
+        if int(os.environ["WORLD_SIZE"]) != args.workers:
+            fail(prog, "--workers %d, but the launcher started %s workers (WORLD_SIZE): give --workers %s"
+                 % (args.workers, os.environ["WORLD_SIZE"], os.environ["WORLD_SIZE"]))
+        rank0 = _Rank0()
+        _work(int(os.environ["RANK"]), worker, args, rank0, tuple(extra))
+        if int(os.environ["RANK"]) != 0:
+            return None
+        result = rank0.result
+    else:
+        queue = mp.get_context("spawn").SimpleQueue()
+        try:
+            mp.spawn(_entry, args=(worker, args, _free_port(), queue, tuple(extra)), nprocs=args.workers, join=True)
+        except mp.ProcessExitedException as e:
+            fail(prog, "a worker stopped (exit status %s)" % e.exit_code)
+        except mp.ProcessRaisedException as e:
+            fail(prog, "a worker failed:\n%s" % e)
+        result = queue.get()
     result.setdefault("mode", "compile" if args.compile else "eager")
     result["torch"] = torch.__version__
     result["wall_s"] = round(time.time() - start, 3)
@@ -189,6 +218,9 @@ class Loop:
 
 
 def emit(result):
-    """Prints the ONE JSON line (sorted keys); a NaN or infinite loss is printed as null."""
+    """Prints the ONE JSON line (sorted keys); a NaN or infinite loss is printed as null. Nothing
+    for None (a rank other than 0 under a launcher)."""
+    if result is None:
+        return
     clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in result.items()}
     print(json.dumps(clean, sort_keys=True), flush=True)
