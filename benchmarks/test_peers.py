@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """The Python peers of benchmarks/peers/ train two steps each on tiny data made here, and print the
 JSON line the side-by-side scripts (vs_peer.py, vs_text_peer.py, vs_image_peer.py) read: its keys
-present, a finite loss, the steps asked for, "mode": "eager". A missing data directory is refused
-in one line, without a traceback.
+present, a finite loss, the steps asked for, "mode": "eager"; the Fashion-MNIST peer under torchrun
+too (2 processes, one line from rank 0; --workers other than torchrun's is refused). A missing data
+directory is refused in one line, without a traceback.
 
     tests/tools/venv-python benchmarks/test_peers.py
 
@@ -78,8 +79,8 @@ def make_data(root, rng):
     return mnist, text, images
 
 
-def run_peer(script, flags):
-    cmd = [python, os.path.join(here, "peers", script)] + flags
+def run_peer(script, flags, launcher=()):
+    cmd = list(launcher) + [python, os.path.join(here, "peers", script)] + flags
     t0 = time.time()
     out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
     took = time.time() - t0
@@ -104,6 +105,14 @@ with tempfile.TemporaryDirectory() as tmp:
     mnist, text, images = make_data(tmp, random.Random(0))
     small = ["--max-steps", "2", "--global-batch", "8"]
     run_peer("fashion_mnist.py", ["--data-dir", mnist, "--model", "mlp", "--workers", "2"] + small)
+    # Under torchrun, each process is one worker of torchrun's group; rank 0 alone prints the line.
+    torchrun = [python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--no_python"]
+    run_peer("fashion_mnist.py", ["--data-dir", mnist, "--model", "mlp", "--workers", "2"] + small, torchrun)
+    out = subprocess.run(torchrun + [python, os.path.join(here, "peers", "fashion_mnist.py"), "--data-dir", mnist,
+                                     "--workers", "3", "--max-steps", "2", "--global-batch", "6"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    check(out.returncode != 0 and "--workers 3, but the launcher started 2 workers" in out.stderr,
+          "--workers other than torchrun's WORLD_SIZE is refused: exit %d, %r" % (out.returncode, out.stderr[-800:]))
     run_peer("text.py", ["--data", text, "--workers", "1", "--vocab", "50"] + small)
     run_peer("images.py", ["--root", images, "--workers", "1", "--width", "4"] + small)
 
@@ -115,4 +124,4 @@ with tempfile.TemporaryDirectory() as tmp:
 
 if failures:
     sys.exit(1)
-print("ok: the three peers train and print their JSON line; a missing data directory is refused plainly")
+print("ok: the three peers train and print their JSON line, under torchrun too; a missing data directory is refused plainly")
