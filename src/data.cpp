@@ -7,7 +7,9 @@
 #endif
 
 #include <dtrain/data/detail/impl/bert_text.ipp>
+#include <dtrain/data/detail/impl/bpe_file.ipp>
 #include <dtrain/data/detail/impl/bpe_model.ipp>
+#include <dtrain/data/detail/impl/bpe_stages.ipp>
 #include <dtrain/data/detail/impl/bpe_text.ipp>
 #include <dtrain/data/detail/impl/regex.ipp>
 #include <dtrain/data/detail/impl/wordpiece_impl.ipp>
