@@ -147,7 +147,7 @@ dtrain::data::TensorDataset sequences(const Args& a) {
   return {tokens.narrow(1, 0, a.seq).contiguous(), tokens.narrow(1, 1, a.seq).contiguous()};
 }
 
-// Python's F.cross_entropy(logits.float(), y), without the fp32 copy of the logits (docs/gpu.md, finding 7).
+// Python's F.cross_entropy(logits.float(), y), without an fp32 copy of the logits (nn/loss.hpp).
 torch::Tensor loss_of(const torch::Tensor& logits, const torch::Tensor& target) {
   return dtrain::nn::cross_entropy_fp32(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}));
 }
