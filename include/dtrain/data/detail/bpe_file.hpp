@@ -6,6 +6,8 @@
 // bpe_stages.hpp's. Included by dtrain/data/bpe_tokenizer.hpp.
 
 #include <filesystem>
+#include <optional>
+#include <string>
 
 #include <dtrain/data/detail/bpe_stages.hpp>
 
@@ -21,6 +23,8 @@ void read_added_tokens(BpeModel& m, const json& j);
 void read_truncation_padding(BpeModel& m, const json& j);
 /// bos_id, eos_id and pad_id: transformers' `names` (bos_token, eos_token, pad_token) first.
 void read_special_ids(BpeModel& m, const json& names);
+/// The name of a special token in transformers' tokenizer_config.json: a string or {"content": ...}.
+std::optional<std::string> config_token(const json& config, const char* key);
 /// The JSON in `path`: DataError when it cannot be read or is not JSON.
 json parse_file(const std::filesystem::path& path);
 

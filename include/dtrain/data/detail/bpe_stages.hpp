@@ -25,8 +25,6 @@ std::string type_of(const json& o);
 void flatten(const json& o, const char* key, std::vector<const json*>& out);
 /// o[key] as a string, or nothing when it is missing or null.
 std::optional<std::string> optional_string(const json& o, const char* key);
-/// The name of a special token in transformers' tokenizer_config.json: a string or {"content": ...}.
-std::optional<std::string> config_token(const json& config, const char* key);
 
 /// A Split step: the three patterns BpeTokenizer has scanners for by them, any other by PCRE2.
 Splitter read_split(const BpeModel& m, const json& p);

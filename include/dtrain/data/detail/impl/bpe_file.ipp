@@ -221,6 +221,16 @@ DTRAIN_INLINE void read_special_ids(BpeModel& m, const json& names) {
     m.pad_id = pad.value_or(m.eos_id.value_or(0));
   }
 }
+
+// The name of a special token in transformers' tokenizer_config.json: a string or {"content": ...}.
+DTRAIN_INLINE std::optional<std::string> config_token(const json& config, const char* key) {
+  if (!config.contains(key)) return std::nullopt;
+  const auto& t = config[key];
+  if (t.is_string()) return t.get<std::string>();
+  if (t.is_object() && t.contains("content") && t["content"].is_string()) return t["content"].get<std::string>();
+  return std::nullopt;
+}
+
 DTRAIN_INLINE nlohmann::json parse_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError("BpeTokenizer: cannot read " + path.string() + " (no such file, or unreadable)");

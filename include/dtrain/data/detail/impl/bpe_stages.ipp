@@ -26,15 +26,6 @@ DTRAIN_INLINE std::optional<std::string> optional_string(const json& o, const ch
   if (!o.contains(key) || o[key].is_null()) return std::nullopt;
   return o[key].get<std::string>();
 }
-// The name of a special token in transformers' tokenizer_config.json: a string or {"content": ...}.
-DTRAIN_INLINE std::optional<std::string> config_token(const json& config, const char* key) {
-  if (!config.contains(key)) return std::nullopt;
-  const auto& t = config[key];
-  if (t.is_string()) return t.get<std::string>();
-  if (t.is_object() && t.contains("content") && t["content"].is_string()) return t["content"].get<std::string>();
-  return std::nullopt;
-}
-
 // A Split step: the three patterns BpeTokenizer has scanners for by them, any other by PCRE2.
 DTRAIN_INLINE Splitter read_split(const BpeModel& m, const json& p) {
   Splitter s;

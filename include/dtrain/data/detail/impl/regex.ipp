@@ -178,9 +178,11 @@ DTRAIN_INLINE void Regex::matches(std::string_view text,
     if (end > begin) {
       out.emplace_back(static_cast<std::uint32_t>(begin), static_cast<std::uint32_t>(end));
       from = end;
-    } else {  // an empty match: on past the character there (a UTF-8 lead byte's length)
-      const auto lead = static_cast<unsigned char>(text[begin < text.size() ? begin : text.size() - 1]);
+    } else if (begin < text.size()) {  // an empty match: on past the character there
+      const auto lead = static_cast<unsigned char>(text[begin]);
       from = begin + (lead < 0xC0 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4);
+    } else {
+      return;  // an empty match at the end
     }
   }
 }
